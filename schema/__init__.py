@@ -1,0 +1,36 @@
+"""The wire contract of torch exported programs (schema 8.x): models, history, I/O.
+
+Pure Pydantic v2; imports neither torch nor fastapi.
+"""
+
+from schema._base import Arm, OneOf, Struct, Version, Wire
+from schema.description import describe, parse_type
+from schema.errors import DescriptionInvalid, DocumentInvalid, Issue, SchemaError, UnknownVersion
+from schema.history import CURRENT, RELEASES, format_version, parse_version, versions
+from schema.io import dump, load, unknown_fields
+from schema.jsonschema import json_schema
+from schema.models import *  # noqa: F403
+
+__all__ = [
+    "CURRENT",
+    "RELEASES",
+    "Arm",
+    "DescriptionInvalid",
+    "DocumentInvalid",
+    "Issue",
+    "OneOf",
+    "SchemaError",
+    "Struct",
+    "UnknownVersion",
+    "Version",
+    "Wire",
+    "describe",
+    "dump",
+    "format_version",
+    "json_schema",
+    "load",
+    "parse_type",
+    "parse_version",
+    "unknown_fields",
+    "versions",
+]

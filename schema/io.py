@@ -1,0 +1,173 @@
+"""Reading and writing documents: bytes <-> models, errors as coded issues with paths."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from schema._base import Arm, OneOf, Struct, WireName
+from schema.description import field_annotation, union_arms
+from schema.errors import DocumentInvalid, Issue, pointer
+from schema.models import ExportedProgram
+
+M = TypeVar("M", bound=BaseModel)
+
+_CODES = {
+    "missing": "missing-field",
+    "enum": "unknown-enum-value",
+    "extra_forbidden": "unknown-field",
+    "json_invalid": "invalid-json",
+    "json_type": "invalid-json",
+    "recursion_loop": "too-deep",
+}
+
+
+def load(data: bytes | str, model: type[M] = ExportedProgram) -> M:  # type: ignore[assignment]
+    """Parse and validate a document; DocumentInvalid lists every problem with its path."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise DocumentInvalid(issues_from(exc, model)) from None
+
+
+def dump(doc: BaseModel) -> bytes:
+    """A document's JSON bytes in torch's wire form (field order, enums as ints, float strings)."""
+    return doc.__pydantic_serializer__.to_json(doc)
+
+
+def issues_from(exc: ValidationError, root: Any) -> list[Issue]:
+    """Translate pydantic's errors into our codes and JSON pointers, one issue per problem."""
+    issues: dict[tuple[str, str], Issue] = {}
+    for err in exc.errors(include_url=False):
+        path, at_float = _walk(err["loc"], root)
+        code, message = _describe(err, at_float)
+        issues.setdefault((path, code), Issue(code, path, message))
+    return list(issues.values())
+
+
+def _describe(err: Any, at_float: bool) -> tuple[str, str]:
+    kind = err["type"]
+    if at_float:
+        return "wrong-type", "expected a number or one of 'Infinity', '-Infinity', 'NaN'"
+    if kind == "union_arm":
+        return _union_problem(err)
+    if kind == "enum":
+        return "unknown-enum-value", f"{err['input']!r} is not a known value: {err['msg']}"
+    if kind in _CODES:
+        return _CODES[kind], err["msg"]
+    return "wrong-type", f"{err['msg']} (got {_short(err.get('input'))})"
+
+
+def _union_problem(err: Any) -> tuple[str, str]:
+    ctx = err.get("ctx") or {}
+    union, arms = ctx.get("union", "union"), ctx.get("arms", "")
+    value = err.get("input")
+    if not isinstance(value, dict):
+        return (
+            "wrong-type",
+            f"{union} must be an object with one key of: {arms} (got {_short(value)})",
+        )
+    if not value:
+        return "union-no-arm", f"{union} has no key; expected exactly one of: {arms}"
+    if len(value) > 1:
+        keys = ", ".join(sorted(map(str, value)))
+        return (
+            "union-many-arms",
+            f"{union} has {len(value)} keys ({keys}); expected exactly one of: {arms}",
+        )
+    key = next(iter(value))
+    return "union-unknown-arm", f"{key!r} is not an arm of {union}; allowed: {arms}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _walk(loc: tuple[int | str, ...], root: Any) -> tuple[str, bool]:
+    """Map pydantic's loc to a JSON pointer: drop union tags and union-member labels."""
+    parts: list[str | int] = []
+    t: Any = root
+    for seg in loc:
+        t = _unwrap(t)
+        if isinstance(t, OneOf | WireName):
+            if isinstance(t, WireName):
+                return pointer(parts), True
+        marker = _one_of(t)
+        if marker is not None:
+            arms = {arm.__tag__: arm for arm in union_arms(t)[1]}
+            if seg in arms:
+                t = arms[seg]
+                continue
+            parts.append(seg)
+            t = Any
+            continue
+        if _is_wire_float(t):
+            return pointer(parts), True
+        parts.append(seg)
+        if isinstance(t, type) and issubclass(t, Struct | Arm):
+            info = t.model_fields.get(str(seg))
+            t = field_annotation(info) if info is not None else Any
+        elif typing.get_origin(t) is list:
+            t = typing.get_args(t)[0]
+        elif typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        else:
+            t = Any
+    return pointer(parts), _is_wire_float(_unwrap(t))
+
+
+def _unwrap(t: Any) -> Any:
+    """Strip Optional[...] and plain Annotated wrappers, keeping OneOf and WireName ones."""
+    while True:
+        origin = typing.get_origin(t)
+        args = typing.get_args(t)
+        if origin is Annotated and not any(isinstance(m, OneOf | WireName) for m in t.__metadata__):
+            t = args[0]
+        elif origin in (typing.Union, types.UnionType) and type(None) in args:
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) != 1:
+                return t
+            t = rest[0]
+        else:
+            return t
+
+
+def _one_of(t: Any) -> OneOf | None:
+    if typing.get_origin(t) is Annotated:
+        for meta in t.__metadata__:
+            if isinstance(meta, OneOf):
+                return meta
+    return None
+
+
+def _is_wire_float(t: Any) -> bool:
+    return typing.get_origin(t) is Annotated and any(
+        isinstance(m, WireName) for m in t.__metadata__
+    )
+
+
+def unknown_fields(doc: BaseModel) -> list[str]:
+    """JSON pointers of every key the document carries that its schema does not declare."""
+    found: list[str] = []
+    _collect(doc, [], found)
+    return found
+
+
+def _collect(value: Any, path: list[str | int], found: list[str]) -> None:
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            _collect(getattr(value, name), [*path, name], found)
+        for key in value.__pydantic_extra__ or {}:
+            found.append(pointer([*path, key]))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, BaseModel | list | dict):
+                _collect(item, [*path, i], found)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, BaseModel | list | dict):
+                _collect(item, [*path, key], found)
