@@ -124,7 +124,8 @@ class LinearBN(nn.Module):
         self.bn = nn.BatchNorm1d(8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.linear(x))
+        out: torch.Tensor = self.bn(self.linear(x))
+        return out
 
 
 def _linear_bn_train() -> ZooProgram:
@@ -147,7 +148,8 @@ class SmallConv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.pool(torch.relu(self.conv(x)))
-        return self.fc(torch.flatten(y, 1))
+        out: torch.Tensor = self.fc(torch.flatten(y, 1))
+        return out
 
 
 def _conv() -> ZooProgram:
@@ -178,12 +180,14 @@ class CondModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         def true_fn(t: torch.Tensor) -> torch.Tensor:
-            return self.linear(t).sin()
+            hidden: torch.Tensor = self.linear(t)
+            return hidden.sin()
 
         def false_fn(t: torch.Tensor) -> torch.Tensor:
             return t.cos() - 1
 
-        return torch.cond(x.sum() > 0, true_fn, false_fn, (x,))
+        out: torch.Tensor = torch.cond(x.sum() > 0, true_fn, false_fn, (x,))
+        return out
 
 
 def _cond() -> ZooProgram:
@@ -198,7 +202,8 @@ class CustomOpModule(nn.Module):
         self.linear = nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.pt2zoo.fused_gelu(self.linear(x), 0.5)
+        out: torch.Tensor = torch.ops.pt2zoo.fused_gelu(self.linear(x), 0.5)
+        return out
 
 
 def _custom_op() -> ZooProgram:
@@ -233,6 +238,8 @@ def _symint_out() -> ZooProgram:
 
 class Constants(nn.Module):
     """A lifted plain-tensor constant and a non-persistent buffer."""
+
+    offset: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()
@@ -271,6 +278,10 @@ def _pytree() -> ZooProgram:
 class Dtypes(nn.Module):
     """bf16 parameter, int8/bool/complex64 buffers and a complex64 input."""
 
+    codes: torch.Tensor
+    mask: torch.Tensor
+    phase: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(4, dtype=torch.bfloat16))
@@ -296,14 +307,15 @@ def _run_decompositions(
     ep: ExportedProgram, decomp_table: dict[Any, Callable[..., Any]] | None = None
 ) -> ExportedProgram:
     with warnings.catch_warnings():
-        # torch 2.13's run_decompositions deep-copies the module call graph, and unpickling a
-        # LeafSpec trips torch's own deprecation of LeafSpec; nothing we can change from here.
+        # torch 2.13's run_decompositions deep-copies the module call graph, and rebuilding its
+        # LeafSpecs trips torch's own LeafSpec deprecation; nothing we can change from here.
         warnings.filterwarnings(
             "ignore",
             message=re.escape(_LEAFSPEC_DEPRECATION),
             category=FutureWarning,
         )
-        return ep.run_decompositions(decomp_table)
+        decomposed: ExportedProgram = ep.run_decompositions(decomp_table)
+        return decomposed
 
 
 def _decomposed() -> ZooProgram:
@@ -320,7 +332,8 @@ class Sub(nn.Module):
         self.linear = nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.linear(x) * y
+        hidden: torch.Tensor = self.linear(x)
+        return hidden * y
 
 
 class PreserveSig(nn.Module):
@@ -331,7 +344,8 @@ class PreserveSig(nn.Module):
         self.sub = Sub()
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.sub(x.relu(), y) + 1
+        out: torch.Tensor = self.sub(x.relu(), y)
+        return out + 1
 
 
 def _preserve_sig() -> ZooProgram:
@@ -347,20 +361,13 @@ class SharedSub(nn.Module):
         self.sub = Sub()
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.sub(self.sub(x, y), y)
+        out: torch.Tensor = self.sub(self.sub(x, y), y)
+        return out
 
 
 def _shared_sub() -> ZooProgram:
     args = (torch.randn(2, 4), torch.randn(2, 4))
     return _export("shared_sub", SharedSub(), args)
-
-
-class ScalarFloats(nn.Module):
-    """Masks with -inf and clamps, so infinite float arguments get serialized."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        masked = x.masked_fill(x < 0, float("-inf"))
-        return torch.softmax(masked.clamp(max=float("inf")), dim=-1) * 0.5
 
 
 def _preserve_sig_shared() -> ZooProgram:
@@ -369,6 +376,14 @@ def _preserve_sig_shared() -> ZooProgram:
     return _export(
         "preserve_sig_shared", SharedSub(), args, preserve_module_call_signature=("sub",)
     )
+
+
+class ScalarFloats(nn.Module):
+    """Masks with -inf and clamps, so infinite float arguments get serialized."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        masked = x.masked_fill(x < 0, float("-inf"))
+        return torch.softmax(masked.clamp(max=float("inf")), dim=-1) * 0.5
 
 
 def _scalar_floats() -> ZooProgram:

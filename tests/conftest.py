@@ -1,0 +1,41 @@
+"""Shared fixtures: the zoo of real exported programs, torch's documents, the schema history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.programs import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+HISTORY = SHARED / "torch-schema-history"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens", action="store_true", help="rewrite golden files from current output"
+    )
+
+
+@pytest.fixture(scope="session")
+def zoo() -> dict[str, ZooProgram]:
+    """Every zoo program, exported once per session."""
+    return cached_zoo()
+
+
+@pytest.fixture(scope="session")
+def zoo_json(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
+    """torch's own JSON of every zoo program."""
+    return {name: torch_json(zoo[name].ep) for name in PROGRAM_NAMES}
+
+
+@pytest.fixture(scope="session")
+def history_dir() -> Path:
+    """torch's schema.yaml of every release (read-only, beside the checkout)."""
+    if not HISTORY.is_dir():
+        pytest.fail(
+            f"the schema history is missing: {HISTORY} (../shared must sit beside the repo)"
+        )
+    return HISTORY
