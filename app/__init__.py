@@ -1,0 +1,1 @@
+"""pt2serde: serialization service for torch exported programs."""

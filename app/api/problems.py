@@ -1,0 +1,179 @@
+"""RFC 9457 problem responses: the catalogue of every code, and the one seam that maps failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.failure import Failure
+from schema import Issue, SchemaError
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_BASE = "https://pt2serde.dev/problems/"
+
+
+@dataclass(frozen=True)
+class ProblemType:
+    """A documented problem: HTTP status and a short title."""
+
+    status: int
+    title: str
+
+
+#: Every code the service can answer with. A test keeps it equal to the codes the code raises.
+CATALOGUE: dict[str, ProblemType] = {}
+
+
+def register(status: int, **codes: str) -> None:
+    """Add codes (keyword names use _ for -) with their titles to the catalogue."""
+    for name, title in codes.items():
+        CATALOGUE[name.replace("_", "-")] = ProblemType(status, title)
+
+
+register(
+    400,
+    bad_request="The request is malformed",
+    bad_multipart="The multipart body cannot be read",
+    missing_part="A required part of the request is missing",
+)
+register(404, not_found="No such resource", unknown_schema_version="Unknown schema version")
+register(405, method_not_allowed="Method not allowed on this resource")
+register(413, payload_too_large="The request body is over the size limit")
+register(415, unsupported_media_type="The request's media type is not accepted here")
+register(
+    422,
+    request_invalid="A request parameter is invalid",
+    invalid_document="The document does not match the schema",
+    invalid_description="The schema description cannot be read",
+)
+register(409, unsupported_schema_major="The document's schema major version is not supported")
+register(
+    503,
+    not_ready="The service is not ready yet",
+    worker_crashed="The torch worker died while running this request",
+    worker_timeout="The torch worker ran past its time limit",
+    worker_out_of_memory="The torch worker ran out of memory",
+)
+register(500, internal_error="Internal error (a bug: please report it)")
+
+
+class ProblemIssue(BaseModel):
+    """One detail of a problem: a code, a JSON pointer and a message."""
+
+    code: str
+    path: str
+    message: str
+
+
+class Problem(BaseModel):
+    """The body of every error response (RFC 9457)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    errors: list[ProblemIssue] = []
+
+
+class ServiceError(Exception):
+    """A failure at the HTTP layer, with a catalogued code."""
+
+    def __init__(self, code: str, detail: str, issues: list[Issue] | None = None) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.issues = issues or []
+
+
+def problem(code: str, detail: str, issues: list[Issue] | None = None) -> Response:
+    """A problem+json response for a catalogued code."""
+    kind = CATALOGUE[code]
+    body: dict[str, Any] = {
+        "type": TYPE_BASE + code,
+        "title": kind.title,
+        "status": kind.status,
+        "detail": detail,
+        "code": code,
+        "errors": [{"code": i.code, "path": i.path, "message": i.message} for i in issues or []],
+    }
+    return Response(orjson.dumps(body), status_code=kind.status, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def problem_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries documenting the problems a route can answer with."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        kind = CATALOGUE[code]
+        entry = out.setdefault(
+            kind.status,
+            {
+                "description": "",
+                "content": {PROBLEM_MEDIA_TYPE: {"schema": Problem.model_json_schema()}},
+            },
+        )
+        entry["description"] = "; ".join(
+            filter(None, [entry["description"], f"{code}: {kind.title}"])
+        )
+    return out
+
+
+async def _service_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    return problem(exc.code, exc.detail, exc.issues)
+
+
+async def _failure(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Failure)
+    return problem(exc.code, exc.message, exc.issues)
+
+
+async def _schema_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SchemaError)
+    return problem(exc.code, str(exc), getattr(exc, "issues", None))
+
+
+async def _request_invalid(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    issues = [
+        Issue(
+            "request-invalid",
+            "/" + "/".join(str(p) for p in err.get("loc", ())),
+            str(err.get("msg", "invalid")),
+        )
+        for err in exc.errors()
+    ]
+    return problem("request-invalid", "a request parameter is invalid", issues)
+
+
+_HTTP_CODES = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "bad-request")
+    response = problem(code, str(exc.detail))
+    for key, value in (exc.headers or {}).items():
+        response.headers[key] = value
+    return response
+
+
+async def _unexpected(_: Request, exc: Exception) -> Response:
+    return problem("internal-error", f"unexpected {type(exc).__name__}")
+
+
+HANDLERS = {
+    ServiceError: _service_error,
+    Failure: _failure,
+    SchemaError: _schema_error,
+    RequestValidationError: _request_invalid,
+    StarletteHTTPException: _http_error,
+    Exception: _unexpected,
+}

@@ -1,0 +1,42 @@
+"""The FastAPI application: routers, problem handlers, settings and the torch worker pool."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import health, problems, schemas
+from app.bridge.pool import WorkerPool
+from app.settings import Settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the service; torch workers start at the first torch job, not here."""
+    settings = settings or Settings.from_env()
+    pool = WorkerPool(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            pool.close()
+
+    app = FastAPI(
+        title="pt2serde",
+        version="0.1.0",
+        summary="Serialize, deserialize, canonicalize and validate torch exported programs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.pool = pool
+    for exc_type, handler in problems.HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
+    app.include_router(health.router)
+    app.include_router(schemas.router)
+    return app
+
+
+app = create_app()

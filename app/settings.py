@@ -1,0 +1,63 @@
+"""Settings from PT2SERDE_* environment variables, with safe embedded defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of the service; `from_env()` reads PT2SERDE_<FIELD_NAME_UPPER>."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: torch worker processes (each runs one job at a time).
+    workers: int = 2
+    #: a torch job is killed past this many seconds.
+    job_timeout_s: float = 120.0
+    #: address-space limit of a torch worker, in MiB (0: no limit).
+    worker_memory_mb: int = 4096
+    #: a worker is replaced after this many jobs.
+    worker_max_jobs: int = 50
+    max_upload_bytes: int = 512 * MiB
+    max_members: int = 10_000
+    max_total_uncompressed: int = 2048 * MiB
+    max_member_ratio: int = 200
+    max_json_bytes: int = 64 * MiB
+    max_json_depth: int = 200
+    max_nodes: int = 500_000
+    max_string_length: int = 1 * MiB
+    #: carry use_pickle payloads and custom/opaque objects as opaque bytes instead of refusing.
+    allow_opaque_pickles: bool = False
+    #: modules a torch worker imports at start to register custom operator namespaces.
+    worker_imports: tuple[str, ...] = ()
+    data_dir: Path = field(default_factory=lambda: Path("data"))
+    database_url: str = ""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """Defaults overridden by PT2SERDE_* variables; a malformed value raises ValueError."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"PT2SERDE_{f.name.upper()}")
+            if raw is None:
+                continue
+            default = getattr(cls(), f.name)
+            if isinstance(default, bool):
+                if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(f"PT2SERDE_{f.name.upper()} must be a boolean, got {raw!r}")
+                values[f.name] = raw.lower() in ("1", "true", "yes")
+            elif isinstance(default, int | float):
+                values[f.name] = type(default)(raw)
+            elif isinstance(default, tuple):
+                values[f.name] = tuple(p for p in raw.split(",") if p)
+            elif isinstance(default, Path):
+                values[f.name] = Path(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)  # type: ignore[arg-type]
