@@ -7,15 +7,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import health, problems, schemas
-from app.bridge.pool import WorkerPool
+from app.api import health, problems, programs, schemas
+from app.api.deps import LazyPool
 from app.settings import Settings
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; torch workers start at the first torch job, not here."""
     settings = settings or Settings.from_env()
-    pool = WorkerPool(settings)
+    pool = LazyPool(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -36,6 +36,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_exception_handler(exc_type, handler)
     app.include_router(health.router)
     app.include_router(schemas.router)
+    app.include_router(programs.router)
     return app
 
 

@@ -4,12 +4,22 @@ Pure Pydantic v2; imports neither torch nor fastapi.
 """
 
 from schema._base import Arm, OneOf, Struct, Version, Wire
+from schema.compat import Compat, Mode, UnknownMode, Verdict, compat, compatibility
 from schema.description import describe, parse_type
-from schema.errors import DescriptionInvalid, DocumentInvalid, Issue, SchemaError, UnknownVersion
+from schema.diff import RULES, Change, Rule, SchemaDiff, describe_with_ids, diff, load_description
+from schema.errors import (
+    DescriptionInvalid,
+    DocumentInvalid,
+    Issue,
+    SchemaError,
+    UnknownVersion,
+    UnsupportedMajor,
+)
 from schema.history import CURRENT, RELEASES, format_version, parse_version, versions
 from schema.io import dump, load, unknown_fields
 from schema.jsonschema import json_schema
 from schema.models import *  # noqa: F403
+from schema.upgrade import Upgraded, upgrade
 
 __all__ = [
     "CURRENT",
@@ -33,4 +43,20 @@ __all__ = [
     "parse_version",
     "unknown_fields",
     "versions",
+    "RULES",
+    "Change",
+    "Compat",
+    "Mode",
+    "Rule",
+    "SchemaDiff",
+    "UnknownMode",
+    "UnsupportedMajor",
+    "Upgraded",
+    "Verdict",
+    "compat",
+    "compatibility",
+    "describe_with_ids",
+    "diff",
+    "load_description",
+    "upgrade",
 ]

@@ -47,3 +47,9 @@ class DescriptionInvalid(SchemaError):
 def pointer(parts: list[str | int]) -> str:
     """A JSON pointer (RFC 6901) from path segments."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class UnsupportedMajor(SchemaError):
+    """A document whose schema major version this package neither reads nor upgrades."""
+
+    code = "unsupported-schema-major"

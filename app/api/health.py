@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel
 
-from app.api.problems import ServiceError, problem_responses
+from app.api.deps import PoolDep
+from app.api.problems import problem_responses
 
 router = APIRouter(tags=["health"])
 
@@ -22,10 +23,12 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses=problem_responses("not-ready"))
-def readyz(request: Request) -> Health:
-    """Ready: a torch worker has started and imported torch (starting one if none has)."""
-    pool = request.app.state.pool
-    if not pool.ready(start=True):
-        raise ServiceError("not-ready", "torch workers are starting")
+@router.get(
+    "/readyz",
+    response_model=Health,
+    responses=problem_responses("worker-start-failed", "worker-timeout"),
+)
+def readyz(pool: PoolDep) -> Health:
+    """Ready: a torch worker has imported torch and answers (the first call starts the pool)."""
+    pool.ready()
     return Health(status="ready")

@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.archive.errors import CODES as ARCHIVE_CODES
 from app.failure import Failure
 from schema import Issue, SchemaError
 
@@ -45,23 +46,89 @@ register(
 )
 register(404, not_found="No such resource", unknown_schema_version="Unknown schema version")
 register(405, method_not_allowed="Method not allowed on this resource")
-register(413, payload_too_large="The request body is over the size limit")
+register(409, unsupported_schema_major="The document's schema major version is not supported")
+register(
+    413,
+    payload_too_large="The request body is over the size limit",
+    document_too_large="The document is over the JSON size limit",
+    document_too_many_nodes="The document has more nodes than the limit",
+)
 register(415, unsupported_media_type="The request's media type is not accepted here")
+_RESOURCE_LIMITS = {
+    "archive-too-large",
+    "archive-too-many-members",
+    "archive-member-too-large",
+    "archive-json-too-large",
+}
+for _code, _meaning in ARCHIVE_CODES.items():
+    CATALOGUE[_code] = ProblemType(413 if _code in _RESOURCE_LIMITS else 422, _meaning.capitalize())
 register(
     422,
     request_invalid="A request parameter is invalid",
+    schema_error="The document or description does not fit the schema",
     invalid_document="The document does not match the schema",
     invalid_description="The schema description cannot be read",
+    unknown_compatibility_mode="Unknown compatibility mode",
+    document_too_deep="The document nests deeper than the limit",
+    document_string_too_long="A string in the document is over the length limit",
+    document_number_too_long="A number in the document has too many digits",
+    unknown_model="The archive has no model of that name",
+    ambiguous_model="The archive has several models: name one",
+    unsafe_expression="A symbolic expression outside the safe grammar",
+    unsafe_guards_code="Guard code outside the safe grammar",
+    unsafe_treespec="A pytree spec that would import or build foreign types",
+    unsafe_target="A node target that torch would resolve to arbitrary Python",
+    unsafe_operator="An operator that reaches outside the graph (files)",
+    unsafe_pickle="Pickled members, which are never loaded",
+    unsafe_custom_object="Custom (script) objects, which are pickles",
+    signature_mismatch="Graph inputs or outputs do not match the signature",
+    duplicate_value="A value is defined twice",
+    undefined_value="A value is used but never defined",
+    graph_cycle="The graph has a cycle",
+    missing_value_meta="A defined value has no metadata",
+    unknown_spec_value="A signature spec names an unknown value",
+    integer_out_of_range="An integer does not fit in 64 bits",
+    duplicate_tensor_name="Two tensors share a name",
+    invalid_digest="A digest is malformed",
+    invalid_tensor_view="A tensor view does not fit its storage",
+    tensor_symbolic="A stored tensor has a symbolic size",
+    weights_mismatch="The weights do not match the document's signature",
+    tensor_data_invalid="Tensor bytes do not fit the tensor's meta",
+    tensor_kind_invalid="Unknown tensor kind",
+    tensor_meta_invalid="Invalid tensor meta",
+    tensors_duplicate_name="Two tensors share a name",
+    safetensors_invalid="The safetensors file cannot be read",
+    safetensors_unsupported_dtype="A dtype safetensors cannot carry",
+    bridge_unsupported_constant="A constant torch cannot carry without pickles",
+    bridge_unsupported_tensor="A tensor kind that cannot be carried as raw bytes",
+    document_invalid="torch's worker could not read the document",
+    torch_document_invalid="torch produced a document outside the schema",
+    torch_serialize_failed="torch could not serialize the program",
+    torch_deserialize_failed="torch could not build the program",
+    torch_save_failed="torch could not save the program",
+    worker_job_failed="torch failed on this program",
+    bad_module_stack="A node's module stack cannot be read",
+    graph_too_large="The graph is too large for this view",
+    invalid_depth="Invalid module depth",
+    invalid_stage_cost="Invalid stage cost",
+    invalid_stage_count="Invalid stage count",
+    module_too_deep="The module tree is deeper than the limit",
+    unknown_shape="A weight has a symbolic size with no hint",
 )
-register(409, unsupported_schema_major="The document's schema major version is not supported")
 register(
     503,
-    not_ready="The service is not ready yet",
     worker_crashed="The torch worker died while running this request",
     worker_timeout="The torch worker ran past its time limit",
     worker_out_of_memory="The torch worker ran out of memory",
+    worker_start_failed="A torch worker could not start",
+    worker_pool_closed="The torch worker pool is shutting down",
+    torch_unavailable="No torch worker is available",
 )
-register(500, internal_error="Internal error (a bug: please report it)")
+register(
+    500,
+    internal_error="Internal error (a bug: please report it)",
+    worker_bad_job="A torch job could not be sent to a worker (a bug)",
+)
 
 
 class ProblemIssue(BaseModel):

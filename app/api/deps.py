@@ -1,0 +1,72 @@
+"""Request dependencies: settings, the lazily started torch pool, uploaded bodies."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.api.uploads import Upload, receive
+from app.bridge import WorkerPool
+from app.settings import Settings
+
+
+class LazyPool:
+    """The torch worker pool, started by the first torch job (or a readiness probe)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._pool: WorkerPool | None = None
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def get(self) -> WorkerPool:
+        """The pool, starting it on first use."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = WorkerPool(self._settings)
+            return self._pool
+
+    def submit(self, job: str, *args: object) -> object:
+        """Run a job of app.bridge.jobs in a worker (see WorkerPool.submit)."""
+        result = self.get().submit(job, *args)
+        self._ready = True
+        return result
+
+    def ready(self) -> bool:
+        """Whether a worker has answered a job; probes with a ping when none has yet."""
+        if not self._ready:
+            self.submit("job_ping")
+        return self._ready
+
+    def close(self) -> None:
+        """Stop the workers, if they were started."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+
+def settings_of(request: Request) -> Settings:
+    """The app's settings."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def pool_of(request: Request) -> LazyPool:
+    """The app's torch pool."""
+    pool: LazyPool = request.app.state.pool
+    return pool
+
+
+async def upload(request: Request) -> AsyncIterator[Upload]:
+    """The request body on disk (streamed, capped), removed after the request."""
+    async with receive(request, settings_of(request)) as received:
+        yield received
+
+
+SettingsDep = Annotated[Settings, Depends(settings_of)]
+PoolDep = Annotated[LazyPool, Depends(pool_of)]
+UploadDep = Annotated[Upload, Depends(upload)]

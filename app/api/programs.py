@@ -1,0 +1,172 @@
+"""Program endpoints: serialize, deserialize, canonicalize, validate. Thin: parse, call, shape."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+import schema
+from app import operations as ops
+from app.api.deps import PoolDep, SettingsDep, UploadDep
+from app.api.problems import ServiceError, problem_responses
+from app.api.uploads import Part
+from app.archive import ManifestEntry
+from app.programs.validation import Level, Report
+
+router = APIRouter(prefix="/v1", tags=["programs"])
+
+_UPLOAD_PROBLEMS = (
+    "bad-request",
+    "bad-multipart",
+    "missing-part",
+    "payload-too-large",
+    "unsupported-media-type",
+    "request-invalid",
+)
+_READ_PROBLEMS = (
+    *_UPLOAD_PROBLEMS,
+    "archive-corrupt",
+    "invalid-document",
+    "unsupported-schema-major",
+    "unsafe-pickle",
+)
+_TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
+_ZIP = "application/zip"
+
+
+class SerializeResponse(BaseModel):
+    """Every document of the archive (torch's wire JSON) and the weights manifest."""
+
+    documents: dict[str, dict[str, Any]]
+    weights: list[ManifestEntry]
+
+
+def _source_media(part: Part) -> ops.Media:
+    if part.media not in ("zip", "json"):
+        raise ServiceError("unsupported-media-type", "send a .pt2 archive or a JSON document")
+    return "zip" if part.media == "zip" else "json"
+
+
+def _archive_part(part: Part) -> Part:
+    if part.media != "zip":
+        raise ServiceError("unsupported-media-type", "this endpoint takes a .pt2 archive")
+    return part
+
+
+@router.post(
+    "/serialize",
+    response_class=Response,
+    responses={
+        200: {
+            "model": SerializeResponse,
+            "content": {_ZIP: {"schema": {"type": "string", "format": "binary"}}},
+            "description": "JSON; a zip of documents, manifest and weights.safetensors "
+            "with ?weights=safetensors",
+        },
+        **problem_responses(*_READ_PROBLEMS),
+    },
+)
+def serialize(
+    upload: UploadDep,
+    settings: SettingsDep,
+    weights: Literal["none", "safetensors"] = "none",
+) -> Response:
+    """A .pt2 archive -> its documents and weights manifest (optionally the weights too)."""
+    part = _archive_part(upload.one("file", "archive"))
+    with ops.open_source(part.path, "zip", settings) as source:
+        result = ops.serialize(source, settings)
+        tensors = ops.weights_safetensors(source) if weights == "safetensors" else None
+    documents = {name: orjson.Fragment(schema.dump(doc)) for name, doc in result.documents.items()}
+    manifest = [w.model_dump(mode="json") for w in result.weights]
+    if tensors is None:
+        body = orjson.dumps({"documents": documents, "weights": manifest})
+        return Response(body, media_type="application/json")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        for name, doc in result.documents.items():
+            zf.writestr(f"documents/{name}.json", schema.dump(doc))
+        zf.writestr("manifest.json", orjson.dumps(manifest))
+        zf.writestr("weights.safetensors", tensors)
+    return Response(out.getvalue(), media_type=_ZIP)
+
+
+@router.post(
+    "/deserialize",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {_ZIP: {"schema": {"type": "string", "format": "binary"}}},
+            "description": "A .pt2 archive that torch.export.load opens",
+        },
+        **problem_responses(*_READ_PROBLEMS, "weights-mismatch", *_TORCH_PROBLEMS),
+    },
+)
+def deserialize(
+    upload: UploadDep, settings: SettingsDep, pool: PoolDep, model: str | None = None
+) -> Response:
+    """A document (JSON, or an archive's) and safetensors weights -> a loadable .pt2."""
+    document = upload.one("document", "file")
+    weights = upload.parts.get("weights")
+    if weights is not None and weights.media != "safetensors":
+        raise ServiceError("unsupported-media-type", "the weights part must be safetensors")
+    with ops.open_source(document.path, _source_media(document), settings) as source:
+        tensors = ops.weights_from(weights.read() if weights else None, source, model)
+        data = ops.deserialize(source, tensors, settings, pool, model)
+    return Response(
+        data,
+        media_type=_ZIP,
+        headers={"Content-Disposition": 'attachment; filename="program.pt2"'},
+    )
+
+
+@router.post(
+    "/canonicalize",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/json": {"schema": {"type": "object"}}},
+            "description": "The canonical document's bytes; digests in X-Graph-Digest, "
+            "X-Weights-Digest, X-Program-Digest and the ETag",
+        },
+        **problem_responses(*_READ_PROBLEMS, "graph-cycle"),
+    },
+)
+def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> Response:
+    """An archive or a document -> its canonical bytes, with the digests as headers."""
+    part = upload.one("file", "document")
+    with ops.open_source(part.path, _source_media(part), settings) as source:
+        result = ops.canonical(source, settings, model)
+    return Response(
+        result.data,
+        media_type="application/json",
+        headers={
+            "X-Graph-Digest": result.digests.graph,
+            "X-Weights-Digest": result.digests.weights,
+            "X-Program-Digest": result.digests.program,
+            "ETag": f'"{result.digests.program}"',
+        },
+    )
+
+
+@router.post(
+    "/validate",
+    response_model=Report,
+    responses=problem_responses(*_READ_PROBLEMS, *_TORCH_PROBLEMS),
+)
+def validate(
+    upload: UploadDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    level: Level = "torch",
+    model: str | None = None,
+) -> Report:
+    """An archive or a document -> the validation report (200 with valid false if invalid)."""
+    part = upload.one("file", "document")
+    with ops.open_source(part.path, _source_media(part), settings) as source:
+        return ops.validate(source, level, settings, pool, model)

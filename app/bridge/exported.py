@@ -1,0 +1,367 @@
+"""Live torch ExportedPrograms <-> documents and raw tensors, through torch's own (de)serializer.
+
+Imports torch at module level: `app.bridge` reaches this module only on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch._export.serde import schema as torch_schema
+from torch._export.serde import serialize as torch_serde
+from torch.export import ExportedProgram
+
+import schema
+from app.archive.raw import RawTensor, TensorKind
+from app.bridge.errors import BridgeFailure, is_allocation_failure, one_line
+from app.bridge.expressions import check_expressions
+from app.bridge.tensors import View, by_name, checked_views, shape_of
+from app.bridge.torch_schema import to_torch
+from schema import (
+    Device,
+    InputSpecBuffer,
+    InputSpecCustomObj,
+    InputSpecParameter,
+    InputSpecTensorConstant,
+    Issue,
+    Layout,
+    ScalarType,
+    SymIntAsExpr,
+    SymIntAsInt,
+    TensorMeta,
+)
+from schema.errors import pointer
+
+Route = Literal["fast", "torch"]
+
+
+@dataclass(frozen=True)
+class SerializedProgram:
+    """A program as data: its document, its tensors by name, and torch's own JSON bytes."""
+
+    doc: schema.ExportedProgram
+    tensors: dict[str, RawTensor]
+    json: bytes
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where the signature puts a named tensor: its role and the graph value that reads it."""
+
+    name: str
+    role: Literal["parameter", "buffer", "constant"]
+    value: str
+    persistent: bool
+
+
+def serialize(ep: ExportedProgram) -> SerializedProgram:
+    """The document (torch's serializer, validated by our models) and raw tensors of `ep`."""
+    tensors = _raw_tensors(ep)
+    try:
+        artifact = torch_serde.serialize(
+            ep,
+            serialize_state_dict=False,
+            serialize_constants=False,
+            serialize_example_inputs=False,
+        )
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise _torch_failure("torch-serialize-failed", exc) from None
+    try:
+        doc: schema.ExportedProgram = schema.load(artifact.exported_program)
+    except schema.DocumentInvalid as exc:
+        raise BridgeFailure(
+            "torch-document-invalid",
+            f"torch wrote a document our schema rejects: {exc}",
+            exc.issues,
+        ) from None
+    return SerializedProgram(doc, tensors, artifact.exported_program)
+
+
+def deserialize(
+    doc: schema.ExportedProgram,
+    tensors: Mapping[str, RawTensor] | Iterable[RawTensor],
+    *,
+    route: Route = "fast",
+) -> ExportedProgram:
+    """A real ExportedProgram from a document and its tensors, built by torch's deserializer.
+
+    Nothing is unpickled: tensors are made from raw bytes and example inputs are left out.
+    `route` picks how torch's schema dataclasses are made: "fast" builds them from our models,
+    "torch" re-parses the JSON with torch's own `_bytes_to_dataclass`.
+    """
+    named = by_name(tensors)
+    slots = signature_slots(doc)
+    check_weights(doc, named, slots)
+    views = checked_views(named.values())
+    check_expressions(doc)
+    state_dict: dict[str, torch.Tensor] = {}
+    constants: dict[str, torch.Tensor] = {}
+    try:
+        for slot in slots:
+            tensor = _tensor(named[slot.name], views[slot.name], parameter=slot.role == "parameter")
+            # torch keeps non-persistent buffers with the lifted constants, not in the state dict.
+            if slot.role == "constant" or not slot.persistent:
+                constants[slot.name] = tensor
+            else:
+                state_dict[slot.name] = tensor
+        serialized = (
+            to_torch(doc)
+            if route == "fast"
+            else torch_serde._bytes_to_dataclass(torch_schema.ExportedProgram, schema.dump(doc))
+        )
+        program: ExportedProgram = torch_serde.ExportedProgramDeserializer().deserialize(
+            serialized, state_dict, constants, None
+        )
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise _torch_failure("torch-deserialize-failed", exc) from None
+    return program
+
+
+def signature_slots(doc: schema.ExportedProgram) -> list[Slot]:
+    """The tensors the signature binds to parameters, buffers, constants; refuses script objects."""
+    slots: list[Slot] = []
+    refused: list[Issue] = []
+    for i, spec in enumerate(doc.graph_module.signature.input_specs):
+        if isinstance(spec, InputSpecParameter):
+            p = spec.parameter
+            slots.append(Slot(p.parameter_name, "parameter", p.arg.name, True))
+        elif isinstance(spec, InputSpecBuffer):
+            b = spec.buffer
+            slots.append(Slot(b.buffer_name, "buffer", b.arg.name, b.persistent))
+        elif isinstance(spec, InputSpecTensorConstant):
+            c = spec.tensor_constant
+            slots.append(Slot(c.tensor_constant_name, "constant", c.arg.name, False))
+        elif isinstance(spec, InputSpecCustomObj):
+            refused.append(
+                Issue(
+                    "bridge-unsupported-constant",
+                    pointer(["graph_module", "signature", "input_specs", i, "custom_obj"]),
+                    f"script object {spec.custom_obj.custom_obj_name!r} "
+                    f"({spec.custom_obj.arg.class_fqn}) cannot be built without unpickling",
+                )
+            )
+    if refused:
+        raise BridgeFailure(
+            "bridge-unsupported-constant",
+            "programs with script-object constants are not supported",
+            refused,
+        )
+    return slots
+
+
+def check_weights(
+    doc: schema.ExportedProgram,
+    tensors: Mapping[str, RawTensor],
+    slots: list[Slot] | None = None,
+) -> None:
+    """BridgeFailure `weights-mismatch` lists every missing, extra or mismatched tensor."""
+    issues = weight_issues(doc, tensors, slots)
+    if issues:
+        raise BridgeFailure(
+            "weights-mismatch",
+            f"{len(issues)} tensor(s) do not match the program's signature",
+            issues,
+        )
+
+
+def weight_issues(
+    doc: schema.ExportedProgram,
+    tensors: Mapping[str, RawTensor],
+    slots: list[Slot] | None = None,
+) -> list[Issue]:
+    """Missing, unexpected and dtype/shape-mismatched tensors, in signature order then extras."""
+    slots = signature_slots(doc) if slots is None else slots
+    values = doc.graph_module.graph.tensor_values
+    issues: list[Issue] = []
+    for slot in slots:
+        path = pointer([slot.name])
+        expected = values.get(slot.value)
+        raw = tensors.get(slot.name)
+        if raw is None:
+            described = f" ({_describe(expected)})" if expected is not None else ""
+            issues.append(
+                Issue("weight-missing", path, f"{slot.role} {slot.name!r}{described} has no tensor")
+            )
+            continue
+        if expected is None:
+            continue
+        if raw.meta.dtype != expected.dtype:
+            issues.append(
+                Issue(
+                    "weight-dtype",
+                    path,
+                    f"expected dtype {expected.dtype.name}, got {raw.meta.dtype.name}",
+                )
+            )
+        if not _same_shape(expected.sizes, raw.meta.sizes):
+            issues.append(
+                Issue(
+                    "weight-shape",
+                    path,
+                    f"expected shape {shape_of(expected)}, got {shape_of(raw.meta)}",
+                )
+            )
+    known = {slot.name for slot in slots}
+    issues.extend(
+        Issue(
+            "weight-unexpected",
+            pointer([name]),
+            f"{name!r} is not a parameter, buffer or constant of the program",
+        )
+        for name in tensors
+        if name not in known
+    )
+    return issues
+
+
+def pt2_bytes(ep: ExportedProgram) -> bytes:
+    """The .pt2 archive torch.export.save writes for `ep`."""
+    buffer = io.BytesIO()
+    try:
+        torch.export.save(ep, buffer)
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise _torch_failure("torch-save-failed", exc) from None
+    return buffer.getvalue()
+
+
+def save_pt2(ep: ExportedProgram, target: Path) -> None:
+    """torch.export.save to `target` atomically: a temporary file beside it, then a rename."""
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.export.save(ep, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        if isinstance(exc, Exception) and not isinstance(exc, MemoryError | OSError):
+            raise _torch_failure("torch-save-failed", exc) from None
+        raise
+
+
+def load_pt2_trusted(path: Path) -> ExportedProgram:
+    """torch.export.load, which unpickles: ONLY for archives we wrote ourselves (tests)."""
+    program: ExportedProgram = torch.export.load(path)
+    return program
+
+
+def tensor_meta(tensor: torch.Tensor) -> TensorMeta:
+    """The TensorMeta torch's serializer writes for `tensor` (concrete sizes only)."""
+    return TensorMeta(
+        dtype=ScalarType(torch_serde._TORCH_TO_SERIALIZE_DTYPE[tensor.dtype].value),
+        sizes=[SymIntAsInt(as_int=int(s)) for s in tensor.shape],
+        requires_grad=tensor.requires_grad,
+        device=Device(type=tensor.device.type, index=tensor.device.index),
+        strides=[SymIntAsInt(as_int=int(s)) for s in tensor.stride()],
+        storage_offset=SymIntAsInt(as_int=int(tensor.storage_offset())),
+        layout=Layout(torch_serde._TORCH_TO_SERIALIZE_LAYOUT[tensor.layout].value),
+    )
+
+
+def storage_bytes(tensor: torch.Tensor) -> bytes:
+    """All bytes of the tensor's storage, as torch.export.save writes them for a weight."""
+    storage = tensor.untyped_storage()
+    if storage.nbytes() == 0:
+        return b""
+    if storage.device.type != "cpu":
+        storage = storage.cpu()  # type: ignore[no-untyped-call]
+    flat = torch.empty(0, dtype=torch.uint8).set_(storage)
+    data: bytes = flat.numpy().tobytes()
+    return data
+
+
+def _raw_tensors(ep: ExportedProgram) -> dict[str, RawTensor]:
+    tensors: dict[str, RawTensor] = {}
+    refused: list[Issue] = []
+    for name, value in ep.state_dict.items():
+        kind: TensorKind = "parameter" if isinstance(value, torch.nn.Parameter) else "buffer"
+        tensors[name] = _raw_tensor(name, kind, value)
+    for name, value in ep.constants.items():
+        if isinstance(value, torch.Tensor):
+            tensors[name] = _raw_tensor(name, "constant", value)
+        else:
+            refused.append(
+                Issue(
+                    "bridge-unsupported-constant",
+                    pointer([name]),
+                    f"constant of type {type(value).__name__} is not a tensor",
+                )
+            )
+    if refused:
+        raise BridgeFailure(
+            "bridge-unsupported-constant",
+            "programs with script-object constants are not supported",
+            refused,
+        )
+    return tensors
+
+
+def _raw_tensor(name: str, kind: TensorKind, tensor: torch.Tensor) -> RawTensor:
+    plain = type(tensor) in (torch.Tensor, torch.nn.Parameter) and type(tensor.data) is torch.Tensor
+    if not plain or tensor.layout != torch.strided or tensor.device.type == "meta":
+        raise BridgeFailure(
+            "bridge-unsupported-tensor",
+            f"{name!r} ({type(tensor).__name__}, {tensor.layout}, {tensor.device}) "
+            "is not a plain strided tensor with data",
+        )
+    return RawTensor(name, kind, tensor_meta(tensor), storage_bytes(tensor))
+
+
+def _tensor(raw: RawTensor, view: View, *, parameter: bool) -> torch.Tensor:
+    dtype = torch_serde._SERIALIZE_TO_TORCH_DTYPE[torch_schema.ScalarType(raw.meta.dtype.value)]
+    if raw.data:
+        # A writable copy: buffers are mutated in place, and frombuffer warns on read-only bytes.
+        base = torch.frombuffer(bytearray(raw.data), dtype=dtype)
+    else:
+        base = torch.empty(0, dtype=dtype)
+    tensor = base.as_strided(view.sizes, view.strides, view.offset)
+    device = raw.meta.device
+    if device.type != "cpu":
+        where = (
+            torch.device(device.type)
+            if device.index is None
+            else torch.device(device.type, device.index)
+        )
+        tensor = tensor.to(where)
+    if parameter:
+        return torch.nn.Parameter(tensor, requires_grad=raw.meta.requires_grad)
+    if raw.meta.requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+def _same_shape(
+    expected: list[SymIntAsExpr | SymIntAsInt], actual: list[SymIntAsExpr | SymIntAsInt]
+) -> bool:
+    if len(expected) != len(actual):
+        return False
+    return all(
+        isinstance(e, SymIntAsExpr) or (isinstance(a, SymIntAsInt) and a.as_int == e.as_int)
+        for e, a in zip(expected, actual, strict=True)
+    )
+
+
+def _describe(meta: TensorMeta) -> str:
+    return f"{meta.dtype.name}{shape_of(meta)}"
+
+
+def _torch_failure(code: str, exc: BaseException) -> BaseException:
+    if is_allocation_failure(exc):
+        return MemoryError(one_line(exc))
+    return BridgeFailure(code, one_line(exc))

@@ -1,0 +1,374 @@
+"""Worker processes that run torch jobs for the service, one job at a time each.
+
+torch's export load and save are not thread-safe, and a hostile document can crash, hang or
+bloat the process that deserializes it; so the service runs them here. Workers are forked from
+a forkserver that preloads torch (not from the threaded server), hold an address-space limit,
+are killed and replaced on timeout or death, and are recycled after a number of jobs.
+Only our own values cross the process boundary (multiprocessing pickles them); uploads reach a
+worker as plain bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import importlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import queue
+import resource
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from app.bridge.errors import BridgeFailure, is_allocation_failure, one_line
+from app.failure import Failure
+from app.settings import MiB, Settings
+
+#: What a worker imports before its first job; the forkserver preloads it so forks start warm.
+PRELOAD: tuple[str, ...] = ("torch", "app.bridge.exported", "app.bridge.checks")
+#: Where a job given by bare name is looked up.
+JOBS_MODULE = "app.bridge.jobs"
+STARTUP_TIMEOUT_S = 120.0
+_STOP_GRACE_S = 5.0
+
+Job = str | Callable[..., Any]
+
+
+class _Slot(enum.Enum):
+    """Queue markers besides workers: a slot whose worker could not be started, a closed pool."""
+
+    VACANT = "vacant"
+    CLOSED = "closed"
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+        self.jobs = 0
+        self.ready = False
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        pid = self.process.pid
+        if pid is None:
+            raise RuntimeError("a worker exists only once its process has started")
+        return pid
+
+
+class WorkerPool:
+    """`settings.workers` torch processes; `submit` blocks until a worker has run the job."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        start_method: str = "forkserver",
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    ) -> None:
+        if settings.workers < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {settings.workers}")
+        self._settings = settings
+        self._startup_timeout_s = startup_timeout_s
+        self._ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            # Global to the forkserver, and only read when it first starts; harmless if late.
+            self._ctx.set_forkserver_preload(list(PRELOAD))
+        self._lock = threading.Lock()
+        self._idle: queue.Queue[_Worker | _Slot] = queue.Queue()
+        self._workers: set[_Worker] = set()
+        self._busy: set[_Worker] = set()
+        self._closed = False
+        for _ in range(settings.workers):
+            self._idle.put(self._start())
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, job: Job, *args: Any) -> Any:
+        """Run `job(*args)` in a worker, return its result; thread-safe, queues while all are busy.
+
+        `job` is a module-level function or the name of one in app.bridge.jobs ("module:name" for
+        others). A Failure the job raises is raised here with its code and issues; a dead worker
+        raises `worker-crashed`, a slow one `worker-timeout`, a MemoryError `worker-out-of-memory`.
+        """
+        payload = self._payload(job, args)
+        worker = self._take()
+        healthy = False
+        try:
+            self._await_ready(worker)
+            reply = self._exchange(worker, payload)
+            worker.jobs += 1
+            max_jobs = self._settings.worker_max_jobs
+            healthy = reply[0] != "oom" and (max_jobs <= 0 or worker.jobs < max_jobs)
+        finally:
+            self._give_back(worker, healthy)
+        return _outcome(reply)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of every live worker."""
+        with self._lock:
+            return sorted(w.pid for w in self._workers)
+
+    def busy_pids(self) -> list[int]:
+        """Process ids of the workers running a job right now."""
+        with self._lock:
+            return sorted(w.pid for w in self._busy)
+
+    def close(self) -> None:
+        """Stop every worker; running jobs fail with `worker-pool-closed`, later submits too."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+            busy = set(self._busy)
+        self._idle.put(_Slot.CLOSED)
+        for worker in workers:
+            if worker in busy:
+                # Its submitter owns the pipe: killing the process is enough to wake it.
+                worker.process.kill()
+            else:
+                self._stop(worker, graceful=False)
+
+    def _payload(self, job: Job, args: tuple[Any, ...]) -> memoryview:
+        try:
+            return ForkingPickler.dumps((job, args))
+        except Exception as exc:
+            raise BridgeFailure(
+                "worker-bad-job", f"the job cannot be sent: {one_line(exc)}"
+            ) from None
+
+    def _take(self) -> _Worker:
+        if self._closed:
+            raise BridgeFailure("worker-pool-closed", "the worker pool is closed")
+        item = self._idle.get()
+        if item is _Slot.CLOSED or self._closed:
+            # Pass the wake-up on to the next waiting submitter.
+            self._idle.put(_Slot.CLOSED)
+            if isinstance(item, _Worker):
+                self._stop(item, graceful=False)
+            raise BridgeFailure("worker-pool-closed", "the worker pool is closed")
+        if isinstance(item, _Worker):
+            return item
+        try:
+            return self._start()
+        except BridgeFailure:
+            self._idle.put(_Slot.VACANT)
+            raise
+
+    def _start(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(  # type: ignore[attr-defined]
+            target=_worker_main,
+            args=(child, self._settings.worker_memory_mb, self._settings.worker_imports),
+            name="pt2serde-torch-worker",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except OSError as exc:
+            parent.close()
+            raise BridgeFailure("worker-start-failed", one_line(exc)) from None
+        finally:
+            child.close()
+        worker = _Worker(process, parent)
+        with self._lock:
+            self._workers.add(worker)
+        return worker
+
+    def _await_ready(self, worker: _Worker) -> None:
+        if worker.ready:
+            return
+        ready = multiprocessing.connection.wait(
+            [worker.conn, worker.process.sentinel], self._startup_timeout_s
+        )
+        message: Any = None
+        if worker.conn in ready:
+            with contextlib.suppress(EOFError, OSError):
+                message = worker.conn.recv()
+        if isinstance(message, tuple) and message[0] == "ready":
+            worker.ready = True
+            return
+        self._stop(worker, graceful=False)
+        if isinstance(message, tuple) and message[0] == "failed":
+            raise BridgeFailure("worker-start-failed", message[1])
+        if not ready:
+            raise BridgeFailure(
+                "worker-start-failed", f"the worker did not start within {self._startup_timeout_s}s"
+            )
+        raise BridgeFailure("worker-start-failed", f"the worker {_death(worker)} while starting")
+
+    def _exchange(self, worker: _Worker, payload: memoryview) -> tuple[Any, ...]:
+        with self._lock:
+            self._busy.add(worker)
+        try:
+            return self._roundtrip(worker, payload)
+        finally:
+            with self._lock:
+                self._busy.discard(worker)
+
+    def _roundtrip(self, worker: _Worker, payload: memoryview) -> tuple[Any, ...]:
+        timeout = self._settings.job_timeout_s if self._settings.job_timeout_s > 0 else None
+        try:
+            worker.conn.send_bytes(payload)
+            ready = multiprocessing.connection.wait([worker.conn, worker.process.sentinel], timeout)
+            if worker.conn in ready:
+                reply: tuple[Any, ...] = worker.conn.recv()
+                return reply
+        except (EOFError, OSError):
+            ready = [worker.process.sentinel]
+        except Exception as exc:
+            self._stop(worker, graceful=False)
+            raise BridgeFailure("worker-crashed", f"unreadable reply: {one_line(exc)}") from None
+        self._stop(worker, graceful=False)
+        if self._closed:
+            raise BridgeFailure("worker-pool-closed", "the worker pool was closed during the job")
+        if not ready:
+            raise BridgeFailure(
+                "worker-timeout",
+                f"the job ran past job_timeout_s={self._settings.job_timeout_s}s and was killed",
+            )
+        raise BridgeFailure(
+            "worker-crashed", f"the worker (pid {worker.pid}) {_death(worker)} during the job"
+        )
+
+    def _give_back(self, worker: _Worker, healthy: bool) -> None:
+        if healthy and not self._closed:
+            self._idle.put(worker)
+            return
+        self._stop(worker, graceful=True)
+        if self._closed:
+            self._idle.put(_Slot.CLOSED)
+            return
+        try:
+            self._idle.put(self._start())
+        except BridgeFailure:
+            self._idle.put(_Slot.VACANT)
+
+    def _stop(self, worker: _Worker, *, graceful: bool) -> None:
+        process = worker.process
+        if graceful and process.is_alive():
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+            process.join(_STOP_GRACE_S)
+        if process.is_alive():
+            process.kill()
+        process.join()
+        worker.conn.close()
+        with self._lock:
+            self._workers.discard(worker)
+
+
+def _death(worker: _Worker) -> str:
+    code = worker.process.exitcode
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _outcome(reply: tuple[Any, ...]) -> Any:
+    status = reply[0]
+    if status == "ok":
+        return reply[1]
+    if status == "failure":
+        cls, code, message, issues = reply[1:]
+        if not (isinstance(cls, type) and issubclass(cls, Failure)):
+            cls = BridgeFailure
+        failure = cls.__new__(cls)
+        Failure.__init__(failure, code, message, issues)
+        raise failure
+    if status == "oom":
+        raise BridgeFailure("worker-out-of-memory", f"the job ran out of memory: {reply[1]}")
+    raise BridgeFailure("worker-job-failed", f"{reply[1]}: {reply[2]}")
+
+
+# ---------------------------------------------------------------- inside a worker
+
+
+def _worker_main(conn: Connection, memory_mb: int, imports: tuple[str, ...]) -> None:
+    """A worker's life: imports, memory limit, then one job per message until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for name in (*PRELOAD, *imports):
+            importlib.import_module(name)
+        if memory_mb > 0:
+            _limit_memory(memory_mb)
+    except BaseException as exc:
+        conn.send(("failed", f"{type(exc).__name__}: {one_line(exc)}"))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        reply = _run(data)
+        if reply is None:
+            return
+        try:
+            conn.send(reply)
+        except Exception as exc:
+            conn.send(("error", type(exc).__name__, f"the result cannot be sent: {one_line(exc)}"))
+        if reply[0] == "oom":
+            # A refused allocation can leave torch's or the allocator's state half-done.
+            return
+
+
+def _run(data: bytes) -> tuple[Any, ...] | None:
+    try:
+        message = ForkingPickler.loads(data)
+        if message is None:
+            return None
+        job, args = message
+        return ("ok", _resolve(job)(*args))
+    except Failure as exc:
+        return ("failure", type(exc), exc.code, exc.message, exc.issues)
+    except Exception as exc:
+        if is_allocation_failure(exc):
+            return ("oom", one_line(exc))
+        return ("error", type(exc).__name__, one_line(exc))
+
+
+def _resolve(job: Job) -> Callable[..., Any]:
+    if callable(job):
+        return job
+    module, _, name = job.rpartition(":")
+    function = getattr(importlib.import_module(module or JOBS_MODULE), name)
+    if not callable(function):
+        raise TypeError(f"{job!r} is not a function")
+    return function  # type: ignore[no-any-return]
+
+
+def _limit_memory(memory_mb: int) -> None:
+    limit = memory_mb * MiB
+    with contextlib.suppress(OSError, ValueError):
+        # /proc is Linux-only; elsewhere the limit alone has to do.
+        with open("/proc/self/statm") as statm:
+            footprint = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        if footprint >= limit:
+            raise MemoryError(
+                f"worker_memory_mb={memory_mb} is below the worker's footprint after imports "
+                f"({footprint // MiB} MiB)"
+            )
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    # The hard limit too: code a hostile document gets to run cannot lift it again.
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

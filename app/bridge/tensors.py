@@ -1,0 +1,233 @@
+"""Raw tensors without torch: element sizes, view geometry, storage checks, contiguous bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import get_args
+
+import numpy as np
+
+import schema
+from app.archive.raw import RawTensor, TensorKind
+from app.bridge.errors import BridgeFailure
+from schema import Issue, Layout, ScalarType, SymIntAsExpr, SymIntAsInt, TensorMeta
+from schema.errors import pointer
+
+#: Bytes per element of every dtype a storage can hold (UNKNOWN has none).
+ITEMSIZE: dict[ScalarType, int] = {
+    ScalarType.BYTE: 1,
+    ScalarType.CHAR: 1,
+    ScalarType.SHORT: 2,
+    ScalarType.INT: 4,
+    ScalarType.LONG: 8,
+    ScalarType.HALF: 2,
+    ScalarType.FLOAT: 4,
+    ScalarType.DOUBLE: 8,
+    ScalarType.COMPLEXHALF: 4,
+    ScalarType.COMPLEXFLOAT: 8,
+    ScalarType.COMPLEXDOUBLE: 16,
+    ScalarType.BOOL: 1,
+    ScalarType.BFLOAT16: 2,
+    ScalarType.UINT16: 2,
+    ScalarType.FLOAT8E4M3FN: 1,
+    ScalarType.FLOAT8E5M2: 1,
+    ScalarType.FLOAT8E4M3FNUZ: 1,
+    ScalarType.FLOAT8E5M2FNUZ: 1,
+    ScalarType.FLOAT8E8M0FNU: 1,
+    ScalarType.UINT32: 4,
+    ScalarType.UINT64: 8,
+}
+
+KINDS: frozenset[str] = frozenset(get_args(TensorKind))
+
+#: How a RawTensor crosses a process boundary: name, kind, TensorMeta JSON, storage bytes.
+TensorRecord = tuple[str, str, bytes, bytes]
+
+
+@dataclass(frozen=True)
+class View:
+    """The concrete geometry of a strided tensor over its storage, in elements."""
+
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    itemsize: int
+
+    @property
+    def numel(self) -> int:
+        """Number of elements the view covers."""
+        n = 1
+        for size in self.sizes:
+            n *= size
+        return n
+
+    @property
+    def extent(self) -> int:
+        """Elements of storage the view needs: one past its furthest element (0 when empty)."""
+        if self.numel == 0:
+            return 0
+        return (
+            self.offset
+            + sum((s - 1) * st for s, st in zip(self.sizes, self.strides, strict=True))
+            + 1
+        )
+
+    def is_contiguous(self) -> bool:
+        """Whether the view reads its storage row-major, without gaps, from element 0."""
+        expected = 1
+        for size, stride in zip(reversed(self.sizes), reversed(self.strides), strict=True):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return self.offset == 0 or self.numel == 0
+
+
+def concrete(value: SymIntAsExpr | SymIntAsInt) -> int | None:
+    """The int of a SymInt, or None when it is symbolic."""
+    return value.as_int if isinstance(value, SymIntAsInt) else None
+
+
+def shape_of(meta: TensorMeta) -> list[int | str]:
+    """The sizes of a meta, symbolic ones as their expression text (for messages and checks)."""
+    return [s.as_int if isinstance(s, SymIntAsInt) else s.as_expr.expr_str for s in meta.sizes]
+
+
+def view_of(raw: RawTensor) -> tuple[View | None, list[Issue]]:
+    """The view a raw tensor's meta describes, or the issues that keep it from having one."""
+    path = pointer([raw.name])
+    meta = raw.meta
+    issues: list[Issue] = []
+    itemsize = ITEMSIZE.get(meta.dtype)
+    if itemsize is None:
+        issues.append(
+            Issue("tensor-dtype-unsupported", path, f"dtype {meta.dtype.name} has no storage")
+        )
+    if meta.layout != Layout.Strided:
+        issues.append(
+            Issue("tensor-layout-unsupported", path, f"layout {meta.layout.name} is not strided")
+        )
+    sizes = [concrete(s) for s in meta.sizes]
+    strides = [concrete(s) for s in meta.strides]
+    offset = concrete(meta.storage_offset)
+    if None in sizes or None in strides or offset is None:
+        issues.append(
+            Issue(
+                "tensor-symbolic", path, "a stored tensor needs concrete sizes, strides and offset"
+            )
+        )
+    elif len(sizes) != len(strides):
+        issues.append(
+            Issue("tensor-bad-strides", path, f"{len(sizes)} sizes but {len(strides)} strides")
+        )
+    elif any(v < 0 for v in (*sizes, *strides, offset)):  # type: ignore[operator]
+        issues.append(Issue("tensor-bad-strides", path, "sizes, strides and offset must be >= 0"))
+    if issues or itemsize is None or offset is None:
+        return None, issues
+    return View(tuple(sizes), tuple(strides), offset, itemsize), []  # type: ignore[arg-type]
+
+
+def storage_issues(raw: RawTensor) -> tuple[View | None, list[Issue]]:
+    """The view of a raw tensor once its bytes are checked to hold it, else the issues."""
+    view, issues = view_of(raw)
+    if view is None:
+        return None, issues
+    path = pointer([raw.name])
+    size = len(raw.data)
+    if size % view.itemsize:
+        return None, [
+            Issue(
+                "tensor-data-misaligned",
+                path,
+                f"{size} bytes is not a whole number of {view.itemsize}-byte elements",
+            )
+        ]
+    if view.extent > size // view.itemsize:
+        return None, [
+            Issue(
+                "tensor-data-short",
+                path,
+                f"the view needs {view.extent} elements, the data holds {size // view.itemsize}",
+            )
+        ]
+    return view, []
+
+
+def checked_views(tensors: Iterable[RawTensor]) -> dict[str, View]:
+    """Every tensor's view; BridgeFailure `tensor-data-invalid` lists each tensor that has none."""
+    views: dict[str, View] = {}
+    issues: list[Issue] = []
+    for raw in tensors:
+        view, problems = storage_issues(raw)
+        issues.extend(problems)
+        if view is not None:
+            views[raw.name] = view
+    if issues:
+        raise BridgeFailure(
+            "tensor-data-invalid",
+            f"{len(issues)} tensor(s) cannot be read from their bytes",
+            issues,
+        )
+    return views
+
+
+def contiguous_bytes(raw: RawTensor, view: View) -> bytes:
+    """The view's elements row-major and packed; the data itself when it already is exactly that."""
+    nbytes = view.numel * view.itemsize
+    if view.is_contiguous() and len(raw.data) == nbytes:
+        return raw.data
+    if nbytes == 0:
+        return b""
+    storage = np.frombuffer(raw.data, dtype=np.uint8)
+    # A trailing byte axis copies every dtype alike (bf16, complex, fp8) without decoding them.
+    elements = np.lib.stride_tricks.as_strided(
+        storage[view.offset * view.itemsize :],
+        shape=(*view.sizes, view.itemsize),
+        strides=(*(st * view.itemsize for st in view.strides), 1),
+        writeable=False,
+    )
+    return elements.tobytes()
+
+
+def contiguous_meta(meta: TensorMeta, sizes: Sequence[int]) -> TensorMeta:
+    """A meta for packed row-major storage of `sizes`, keeping dtype, device and requires_grad."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(sizes):
+        strides.append(step)
+        step *= max(size, 1)
+    return TensorMeta(
+        dtype=meta.dtype,
+        sizes=[SymIntAsInt(as_int=s) for s in sizes],
+        requires_grad=meta.requires_grad,
+        device=meta.device,
+        strides=[SymIntAsInt(as_int=s) for s in reversed(strides)],
+        storage_offset=SymIntAsInt(as_int=0),
+        layout=Layout.Strided,
+    )
+
+
+def pack_tensors(tensors: Iterable[RawTensor]) -> list[TensorRecord]:
+    """Raw tensors as plain tuples for a worker job."""
+    return [(t.name, t.kind, schema.dump(t.meta), t.data) for t in tensors]
+
+
+def unpack_tensors(records: Sequence[TensorRecord]) -> dict[str, RawTensor]:
+    """Raw tensors back from `pack_tensors` records, keyed by name; metas are validated."""
+    tensors: dict[str, RawTensor] = {}
+    for name, kind, meta_json, data in records:
+        if kind not in KINDS:
+            raise BridgeFailure("tensor-kind-invalid", f"{name!r} has unknown kind {kind!r}")
+        try:
+            meta = schema.load(meta_json, TensorMeta)
+        except schema.DocumentInvalid as exc:
+            raise BridgeFailure("tensor-meta-invalid", f"{name!r}: {exc}", exc.issues) from None
+        tensors[name] = RawTensor(name, kind, meta, data)  # type: ignore[arg-type]
+    return tensors
+
+
+def by_name(tensors: Mapping[str, RawTensor] | Iterable[RawTensor]) -> dict[str, RawTensor]:
+    """Tensors keyed by their name, from a mapping or any iterable of raw tensors."""
+    if isinstance(tensors, Mapping):
+        return dict(tensors)
+    return {t.name: t for t in tensors}

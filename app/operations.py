@@ -1,0 +1,345 @@
+"""The four operations (serialize, deserialize, canonicalize, validate) over archives and documents.
+
+The one place where the layers are composed: the CLI and the HTTP routes both call these. Every
+document is bounded, parsed, upgraded to the current schema and screened before anything else
+looks at it; torch runs only in the worker pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import schema
+from app.archive import Archive, ManifestEntry, RawTensor, manifest, open_archive
+from app.bridge import from_safetensors, pack_tensors, to_safetensors
+from app.bridge.checks import TorchCheck
+from app.failure import Failure
+from app.programs.canonical import canonical_bytes, canonicalize
+from app.programs.digest import Digests, graph_digest, tensor_digest, weights_digest
+from app.programs.screen import refuse_if_unsafe, screen
+from app.programs.validation import (
+    Finding,
+    Level,
+    Report,
+    check_bounds,
+    validate_bytes,
+    validate_document,
+)
+from app.settings import Settings
+
+Media = Literal["zip", "json"]
+
+
+class TorchRunner(Protocol):
+    """What runs torch jobs: the worker pool (`app.bridge.WorkerPool.submit`)."""
+
+    def submit(self, job: str, *args: object) -> object:
+        """Run a job of app.bridge.jobs in a worker and return its result."""
+        ...
+
+
+class OperationFailure(Failure):
+    """A request the operations cannot carry out (which model, which weights, ...)."""
+
+
+@dataclass
+class Source:
+    """What a caller handed in: an opened archive, or one bare document."""
+
+    documents: dict[str, bytes]
+    archive: Archive | None = None
+
+    def model(self, name: str | None) -> str:
+        """The chosen model's name: `name`, or the only one there is."""
+        if name is not None:
+            if name not in self.documents:
+                raise OperationFailure(
+                    "unknown-model", f"no model {name!r}; the archive has {sorted(self.documents)}"
+                )
+            return name
+        if len(self.documents) != 1:
+            raise OperationFailure(
+                "ambiguous-model", f"name one of the models {sorted(self.documents)}"
+            )
+        return next(iter(self.documents))
+
+    def tensor_names(self, model: str) -> dict[str, str]:
+        """The model's tensors: FQN as the document names it -> name in the archive."""
+        if self.archive is None:
+            return {}
+        prefix = f"{model}/" if len(self.documents) > 1 else ""
+        return {
+            name.removeprefix(prefix): name
+            for name, entry in self.archive.tensors.items()
+            if entry.model == model
+        }
+
+    def tensor_metas(self, model: str) -> dict[str, schema.TensorMeta] | None:
+        """Metas of the model's stored tensors (None for a bare document)."""
+        if self.archive is None:
+            return None
+        entries = self.archive.tensors
+        return {
+            fqn: meta
+            for fqn, full in self.tensor_names(model).items()
+            if (meta := entries[full].meta) is not None
+        }
+
+    def raw_tensors(self, model: str) -> list[RawTensor]:
+        """The model's non-pickled tensors, named as the document names them."""
+        if self.archive is None:
+            return []
+        names = {full: fqn for fqn, full in self.tensor_names(model).items()}
+        return [
+            RawTensor(names[t.name], t.kind, t.meta, t.data)
+            for t in self.archive.raw_tensors()
+            if t.name in names
+        ]
+
+    @property
+    def pickled(self) -> list[str]:
+        """Every pickled member other than sample inputs (which are carried, never loaded)."""
+        if self.archive is None:
+            return []
+        samples = set(self.archive.sample_inputs.values())
+        return [m for m in self.archive.pickled if m not in samples]
+
+
+@contextmanager
+def open_source(data: bytes | Path, media: Media, settings: Settings) -> Iterator[Source]:
+    """Open an archive or read a document, closing the archive afterwards."""
+    if media == "json":
+        raw = data if isinstance(data, bytes) else data.read_bytes()
+        yield Source({"model": raw})
+        return
+    with open_archive(data, settings) as archive:
+        yield Source(dict(archive.documents), archive)
+
+
+def media_of(path: Path) -> Media:
+    """A file's media from its first bytes (a .pt2 is a zip; anything else is read as JSON)."""
+    with path.open("rb") as f:
+        return "zip" if f.read(2) == b"PK" else "json"
+
+
+@dataclass
+class Document:
+    """A parsed, upgraded and screened document."""
+
+    name: str
+    doc: schema.ExportedProgram
+    upgrade_steps: list[str] = field(default_factory=list)
+    from_version: str = ""
+
+
+def _refuse_unreadable(raw: bytes, settings: Settings) -> None:
+    """A document over a bound cannot be read: refused, not reported."""
+    bounds = [f for f in check_bounds(raw, settings) if f.severity == "error"]
+    if bounds:
+        first = bounds[0]
+        raise OperationFailure(first.code, first.message, _issues(bounds))
+
+
+def read_document(source: Source, model: str | None, settings: Settings) -> Document:
+    """Bound, parse, upgrade (older or newer 8.x, 7.x) and screen one model's document."""
+    name = source.model(model)
+    raw = source.documents[name]
+    _refuse_unreadable(raw, settings)
+    upgraded = schema.upgrade(raw)
+    refuse_if_unsafe(screen(upgraded.document, settings, source.pickled))
+    return Document(name, upgraded.document, upgraded.steps, upgraded.from_version)
+
+
+def _issues(findings: list[Finding]) -> list[schema.Issue]:
+    return [schema.Issue(f.code, f.path, f.message) for f in findings]
+
+
+# ---------------------------------------------------------------- serialize
+
+
+@dataclass
+class Serialized:
+    """Every document of an archive plus its weights manifest."""
+
+    documents: dict[str, schema.ExportedProgram]
+    weights: list[ManifestEntry]
+
+
+def serialize(source: Source, settings: Settings) -> Serialized:
+    """The screened documents and the weights manifest (sha256 streamed, nothing unpickled)."""
+    refuse_pickles(source, settings)
+    docs = {name: read_document(source, name, settings).doc for name in source.documents}
+    weights = manifest(source.archive) if source.archive is not None else []
+    return Serialized(docs, weights)
+
+
+def refuse_pickles(source: Source, settings: Settings) -> None:
+    """Pickled payloads are refused unless the deployment carries them as opaque bytes."""
+    if source.pickled and not settings.allow_opaque_pickles:
+        raise OperationFailure(
+            "unsafe-pickle",
+            f"the archive holds pickled members, which are never loaded: {source.pickled}",
+            [schema.Issue("unsafe-pickle", "", m) for m in source.pickled],
+        )
+
+
+def weights_safetensors(source: Source, model: str | None = None) -> bytes:
+    """The model's tensors as a safetensors file (kinds kept in its metadata)."""
+    return to_safetensors(source.raw_tensors(source.model(model)))
+
+
+# ---------------------------------------------------------------- canonicalize
+
+
+@dataclass
+class Canonical:
+    """The canonical bytes of one model and its digests."""
+
+    model: str
+    data: bytes
+    digests: Digests
+
+
+def canonical(source: Source, settings: Settings, model: str | None = None) -> Canonical:
+    """Canonical document bytes, graph digest, weights digest (streamed) and program digest."""
+    refuse_pickles(source, settings)
+    document = read_document(source, model, settings)
+    canon = canonicalize(document.doc)
+    return Canonical(
+        document.name,
+        canonical_bytes(canon),
+        Digests.of(graph_digest(canon), _weights_digest(source, document.name)),
+    )
+
+
+def _weights_digest(source: Source, model: str) -> str:
+    archive = source.archive
+    items: list[tuple[str, str]] = []
+    if archive is not None:
+        for fqn, full in sorted(source.tensor_names(model).items()):
+            entry = archive.tensors[full]
+            if entry.use_pickle or entry.meta is None:
+                continue
+            meta = entry.meta
+            items.append(
+                (
+                    fqn,
+                    tensor_digest(
+                        int(meta.dtype),
+                        [_concrete(s) for s in meta.sizes],
+                        [_concrete(s) for s in meta.strides],
+                        _concrete(meta.storage_offset),
+                        archive.iter_tensor(full),
+                    ),
+                )
+            )
+    return weights_digest(items)
+
+
+def _concrete(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int:
+    if isinstance(value, schema.SymIntAsInt):
+        return value.as_int
+    raise OperationFailure("tensor-symbolic", "a stored tensor has a symbolic size")
+
+
+# ---------------------------------------------------------------- validate
+
+
+def validate(
+    source: Source,
+    level: Level,
+    settings: Settings,
+    runner: TorchRunner | None,
+    model: str | None = None,
+) -> Report:
+    """The validation report of one model at a level; `torch` needs a runner (the pool)."""
+    name = source.model(model)
+    pickled = source.pickled
+    raw = source.documents[name]
+    _refuse_unreadable(raw, settings)
+    try:
+        upgraded = schema.upgrade(raw)
+    except schema.DocumentInvalid as exc:
+        if any(issue.code == "invalid-json" for issue in exc.issues):
+            raise  # not JSON at all: the request cannot be read
+        return validate_bytes_report(raw, level, settings)
+    report = validate_document(
+        upgraded.document, level, settings, source.tensor_metas(name), pickled
+    )
+    for step in upgraded.steps:
+        report.findings.append(Finding(code="upgraded", severity="info", path="", message=step))
+    if level != "torch" or not report.valid:
+        return report
+    if runner is None:
+        raise OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
+    result = runner.submit(
+        "job_torch_check",
+        schema.dump(upgraded.document),
+        pack_tensors(source.raw_tensors(name)),
+    )
+    assert isinstance(result, dict)
+    return merge_torch_check(report, TorchCheck.from_dict(result))
+
+
+def validate_bytes_report(raw: bytes, level: Level, settings: Settings) -> Report:
+    """The report of a document that cannot be read (bounds or schema problems)."""
+    report, _ = validate_bytes(raw, level, settings)
+    return report
+
+
+def merge_torch_check(report: Report, check: TorchCheck) -> Report:
+    """The semantic report with torch's findings, namespaces and unchecked parts added."""
+    findings = [
+        *report.findings,
+        *(
+            Finding(code=i.code, severity="error", path=i.path, message=i.message)
+            for i in check.issues
+        ),
+    ]
+    unchecked = [u for u in report.unchecked if u != "torch"]
+    unchecked += [f"{i.code}: {i.message}" for i in check.unchecked]
+    return report.model_copy(
+        update={
+            "findings": findings,
+            "valid": report.valid and not check.issues,
+            "namespaces_to_register": sorted(
+                {*report.namespaces_to_register, *check.namespaces_to_register}
+            ),
+            "unchecked": unchecked,
+        }
+    )
+
+
+# ---------------------------------------------------------------- deserialize
+
+
+def weights_from(
+    data: bytes | None, source: Source | None, model: str | None
+) -> Mapping[str, RawTensor]:
+    """Tensors from a safetensors file, or from an archive's own tensors."""
+    if data is not None:
+        return from_safetensors(data)
+    if source is not None and source.archive is not None:
+        return {t.name: t for t in source.raw_tensors(source.model(model))}
+    return {}
+
+
+def deserialize(
+    document: Source,
+    weights: Mapping[str, RawTensor],
+    settings: Settings,
+    runner: TorchRunner,
+    model: str | None = None,
+) -> bytes:
+    """A .pt2 that torch.export.load opens, built by torch in a worker from document + weights."""
+    refuse_pickles(document, settings)
+    doc = read_document(document, model, settings).doc
+    result = runner.submit(
+        "job_deserialize_to_pt2", schema.dump(doc), pack_tensors(weights.values())
+    )
+    assert isinstance(result, bytes)
+    return result

@@ -1,0 +1,71 @@
+"""What is in this model: views of one program document, answered without torch.
+
+- `module_tree`: the module hierarchy ``torch.export.unflatten`` rebuilds, with calls, node
+  counts, weight sizes and preserved call signatures;
+- `module_graph` and `stages`: module calls at a depth as a dataflow graph, and a balanced split
+  of the top-level calls into contiguous pipeline stages;
+- `partitions`: what torch's ``CapabilityBasedPartitioner`` proposes for a set of supported
+  operators;
+- `operators`: operator histograms and the namespaces a loader must register first;
+- `weights`: weights by kind and dtype, and the quantization parameters the graph carries.
+
+Every view takes a validated `schema.ExportedProgram` and returns pydantic models; bad input
+raises `InspectFailure` with a stable code.
+"""
+
+from __future__ import annotations
+
+from app.programs.inspect_common import InspectFailure, WeightInfo, WeightKind
+from app.programs.inspect_models import (
+    CallSignature,
+    Edge,
+    ModuleGraph,
+    ModuleInfo,
+    ModuleTree,
+    OperatorCounts,
+    OperatorStats,
+    Partition,
+    QuantParams,
+    Stage,
+    Tally,
+    ValueRef,
+    Vertex,
+    WeightEntry,
+    WeightStats,
+)
+from app.programs.inspect_modules import INPUT, OUTPUT, StageCost, module_graph, module_tree, stages
+from app.programs.inspect_ops import operators
+from app.programs.inspect_partition import MAX_PARTITION_NODES, partitions
+from app.programs.inspect_weights import quantization, weights
+
+__all__ = [
+    "INPUT",
+    "MAX_PARTITION_NODES",
+    "OUTPUT",
+    "CallSignature",
+    "Edge",
+    "InspectFailure",
+    "ModuleGraph",
+    "ModuleInfo",
+    "ModuleTree",
+    "OperatorCounts",
+    "OperatorStats",
+    "Partition",
+    "QuantParams",
+    "Stage",
+    "StageCost",
+    "Tally",
+    "ValueRef",
+    "Vertex",
+    "WeightEntry",
+    "WeightInfo",
+    "WeightKind",
+    "WeightStats",
+    "module_graph",
+    "module_tree",
+    "operators",
+    "partitions",
+    "quantization",
+    "stages",
+    "weights",
+]

@@ -1,0 +1,417 @@
+"""What every inspection view reads off a document: value names, targets, module stacks, weights.
+
+Nothing here imports torch. The facts about torch's wire form come from its serializer
+(torch/_export/serde/serialize.py): ``nn_module_stack`` metadata is ``key,path,type`` entries
+joined by ``;`` (commas inside brackets or parentheses belong to the entry), a node's value names
+are its output arguments, and a weight is a graph input named in the signature's input specs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.failure import Failure
+from schema import Issue
+from schema.models import (
+    Argument,
+    ArgumentAsCustomObj,
+    ArgumentAsGraph,
+    ArgumentAsNestedTensors,
+    ArgumentAsOptionalTensor,
+    ArgumentAsOptionalTensors,
+    ArgumentAsStringToArgument,
+    ArgumentAsSymBool,
+    ArgumentAsSymBools,
+    ArgumentAsSymFloat,
+    ArgumentAsSymFloats,
+    ArgumentAsSymInt,
+    ArgumentAsSymInts,
+    ArgumentAsTensor,
+    ArgumentAsTensors,
+    ExportedProgram,
+    Graph,
+    GraphArgument,
+    InputSpecBuffer,
+    InputSpecCustomObj,
+    InputSpecParameter,
+    InputSpecTensorConstant,
+    Node,
+    OptionalTensorArgumentAsTensor,
+    ScalarType,
+    SymBoolArgumentAsName,
+    SymExprHintAsInt,
+    SymFloatArgumentAsName,
+    SymIntArgumentAsName,
+    SymIntAsExpr,
+    SymIntAsInt,
+    TensorMeta,
+)
+
+WeightKind = Literal["parameter", "buffer", "constant"]
+
+#: Bytes per element of every scalar type; UNKNOWN has no size.
+ITEMSIZE: dict[ScalarType, int] = {
+    ScalarType.BYTE: 1,
+    ScalarType.CHAR: 1,
+    ScalarType.SHORT: 2,
+    ScalarType.INT: 4,
+    ScalarType.LONG: 8,
+    ScalarType.HALF: 2,
+    ScalarType.FLOAT: 4,
+    ScalarType.DOUBLE: 8,
+    ScalarType.COMPLEXHALF: 4,
+    ScalarType.COMPLEXFLOAT: 8,
+    ScalarType.COMPLEXDOUBLE: 16,
+    ScalarType.BOOL: 1,
+    ScalarType.BFLOAT16: 2,
+    ScalarType.UINT16: 2,
+    ScalarType.FLOAT8E4M3FN: 1,
+    ScalarType.FLOAT8E5M2: 1,
+    ScalarType.FLOAT8E4M3FNUZ: 1,
+    ScalarType.FLOAT8E5M2FNUZ: 1,
+    ScalarType.FLOAT8E8M0FNU: 1,
+    ScalarType.UINT32: 4,
+    ScalarType.UINT64: 8,
+}
+
+NODES_POINTER = "/graph_module/graph/nodes"
+
+
+class InspectFailure(Failure):
+    """A document an inspection view cannot answer for, or a request it cannot satisfy."""
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    """One weight as a manifest describes it (e.g. an archive's payload config)."""
+
+    name: str
+    kind: WeightKind
+    dtype: ScalarType
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @classmethod
+    def from_meta(cls, name: str, kind: WeightKind, meta: TensorMeta, nbytes: int) -> WeightInfo:
+        """A manifest entry from tensor meta (static sizes) and the stored byte count."""
+        shape = static_shape(meta)
+        if shape is None:
+            raise InspectFailure("unknown-shape", f"weight {name!r} has a symbolic size")
+        return cls(name, kind, meta.dtype, shape, nbytes)
+
+
+# ---------------------------------------------------------------- values
+
+
+def argument_values(arg: Argument) -> list[str]:
+    """Names of the values (tensors, symbols, script objects) an argument refers to."""
+    if isinstance(arg, ArgumentAsTensor):
+        return [arg.as_tensor.name]
+    if isinstance(arg, ArgumentAsTensors):
+        return [t.name for t in arg.as_tensors]
+    if isinstance(arg, ArgumentAsOptionalTensors):
+        return [n for t in arg.as_optional_tensors for n in _optional(t)]
+    if isinstance(arg, ArgumentAsOptionalTensor):
+        return _optional(arg.as_optional_tensor)
+    if isinstance(arg, ArgumentAsNestedTensors):
+        return [t.name for group in arg.as_nested_tensors for t in group]
+    if isinstance(arg, ArgumentAsSymInt | ArgumentAsSymFloat | ArgumentAsSymBool):
+        return _sym_name(arg.value)
+    if isinstance(arg, ArgumentAsSymInts | ArgumentAsSymFloats | ArgumentAsSymBools):
+        return [name for item in arg.value for name in _sym_name(item)]
+    if isinstance(arg, ArgumentAsCustomObj):
+        return [arg.as_custom_obj.name]
+    if isinstance(arg, ArgumentAsStringToArgument):
+        return [v for item in arg.as_string_to_argument.values() for v in argument_values(item)]
+    return []
+
+
+def _optional(opt: Any) -> list[str]:
+    return [opt.as_tensor.name] if isinstance(opt, OptionalTensorArgumentAsTensor) else []
+
+
+def _sym_name(sym: Any) -> list[str]:
+    if isinstance(sym, SymIntArgumentAsName | SymFloatArgumentAsName | SymBoolArgumentAsName):
+        return [sym.as_name]
+    return []
+
+
+def node_inputs(node: Node) -> list[str]:
+    """Names of the values a node reads, in argument order, without repeats."""
+    seen: dict[str, None] = {}
+    for named in node.inputs:
+        for name in argument_values(named.arg):
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def node_outputs(node: Node) -> list[str]:
+    """Names of the values a node defines, in output order."""
+    return [name for out in node.outputs for name in argument_values(out)]
+
+
+def graph_inputs(graph: Graph) -> list[str]:
+    """Names of a graph's input values."""
+    return [name for arg in graph.inputs for name in argument_values(arg)]
+
+
+def graph_outputs(graph: Graph) -> list[str]:
+    """Names of a graph's output values, without repeats."""
+    return list(dict.fromkeys(name for arg in graph.outputs for name in argument_values(arg)))
+
+
+def node_name(node: Node, index: int) -> str:
+    """The node's name: its ``name`` field (schema 8.17+), else its first output value's."""
+    if node.name:
+        return node.name
+    outputs = node_outputs(node)
+    return outputs[0] if outputs else f"{op_name(node.target)}_{index}"
+
+
+def subgraph_arguments(node: Node) -> list[GraphArgument]:
+    """The subgraphs a higher-order operator node takes, in argument order."""
+    return [sub for _, sub in subgraph_inputs(node)]
+
+
+def subgraph_inputs(node: Node) -> list[tuple[int, GraphArgument]]:
+    """The subgraphs a higher-order operator node takes, with their input positions."""
+    return [
+        (j, named.arg.as_graph)
+        for j, named in enumerate(node.inputs)
+        if isinstance(named.arg, ArgumentAsGraph)
+    ]
+
+
+def walk_subgraphs(graph: Graph, prefix: str = "") -> Iterator[tuple[str, Node, Graph]]:
+    """Every nested subgraph as (dotted path, owning node, graph), outer before inner."""
+    for node in graph.nodes:
+        for sub in subgraph_arguments(node):
+            path = f"{prefix}.{sub.name}" if prefix else sub.name
+            yield path, node, sub.graph
+            yield from walk_subgraphs(sub.graph, path)
+
+
+def check_defined(graph: Graph, pointer: str) -> None:
+    """Fail unless every value a node reads is a graph input or an earlier node's output."""
+    defined = set(graph_inputs(graph))
+    issues: list[Issue] = []
+    for i, node in enumerate(graph.nodes):
+        for name in node_inputs(node):
+            if name not in defined:
+                issues.append(
+                    Issue(
+                        "undefined-value",
+                        f"{pointer}/nodes/{i}",
+                        f"node {node_name(node, i)!r} reads {name!r}, defined by no input "
+                        "or earlier node",
+                    )
+                )
+        defined.update(node_outputs(node))
+    for name in graph_outputs(graph):
+        if name not in defined:
+            issues.append(
+                Issue("undefined-value", f"{pointer}/outputs", f"output {name!r} is not defined")
+            )
+    if issues:
+        raise InspectFailure(
+            "undefined-value", f"{len(issues)} reference(s) to undefined values", issues
+        )
+
+
+# ---------------------------------------------------------------- targets
+
+
+def target_namespace(target: str) -> str:
+    """An operator's namespace: ``aten`` for ``torch.ops.aten.add.Tensor``, else its module."""
+    if target.startswith("torch.ops."):
+        parts = target.split(".")
+        return parts[2] if len(parts) > 2 else target
+    return target.rsplit(".", 1)[0] if "." in target else target
+
+
+def op_name(target: str) -> str:
+    """An operator's short name: ``add`` for ``torch.ops.aten.add.Tensor``."""
+    parts = target.split(".")
+    if target.startswith("torch.ops.") and len(parts) > 3:
+        return parts[3]
+    return parts[-1]
+
+
+# ---------------------------------------------------------------- module stacks
+
+
+@dataclass(frozen=True)
+class StackEntry:
+    """One frame of a node's module stack: the module's path, class and which call it is."""
+
+    key: str
+    path: str
+    type: str | None
+    call: int
+
+    @property
+    def call_name(self) -> str:
+        """How torch names this call: ``path`` for the first, ``path@n`` for the (n+1)-th."""
+        return self.path if self.call == 0 else f"{self.path}@{self.call}"
+
+
+_CLASS_REPR = re.compile(r"^<class '(.+)'>$")
+
+
+def _split_entry(text: str) -> list[str]:
+    """Split ``key,path,type`` at top-level commas; brackets and parentheses nest."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, ch in enumerate(text):
+        if ch in "[(":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def parse_module_stack(text: str, where: str) -> list[StackEntry]:
+    """Parse serialized ``nn_module_stack`` metadata, outermost module first."""
+    entries: list[StackEntry] = []
+    for item in text.split(";"):
+        parts = _split_entry(item)
+        if len(parts) != 3:
+            raise InspectFailure(
+                "bad-module-stack",
+                f"{where}: cannot read nn_module_stack entry {item[:80]!r}",
+                [Issue("bad-module-stack", where, f"expected 'key,path,type', got {item[:80]!r}")],
+            )
+        key, path, type_ = parts
+        call_text = key.rsplit("@", 1)[1] if "@" in key else "0"
+        if not call_text.isdigit():
+            raise InspectFailure(
+                "bad-module-stack",
+                f"{where}: bad call index in nn_module_stack key {key[:80]!r}",
+                [Issue("bad-module-stack", where, f"bad call index in key {key[:80]!r}")],
+            )
+        match = _CLASS_REPR.match(type_)
+        entries.append(
+            StackEntry(key, path, (match.group(1) if match else type_) or None, int(call_text))
+        )
+    return entries
+
+
+_ROOT = StackEntry("", "", None, 0)
+
+#: The key torch's metadata hook writes on nodes it inserts outside any module call; such a node
+#: runs in whichever module call the previous node ran in.
+EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
+
+
+def module_stack(node: Node, where: str) -> list[StackEntry] | None:
+    """A node's module stack as torch's unflattener uses it: rooted, and cut where it stops
+    nesting (a path that does not extend the previous one ends the stack); None for a node
+    that belongs to the module call of the node before it."""
+    text = node.metadata.get("nn_module_stack")
+    entries = parse_module_stack(text, where) if text else []
+    if len(entries) == 1 and entries[0].key == EMPTY_STACK_KEY:
+        return None
+    if not entries or entries[0].path:
+        entries.insert(0, _ROOT)
+    kept = [entries[0]]
+    for entry in entries[1:]:
+        previous = kept[-1].path
+        if len(previous) < len(entry.path) and entry.path.startswith(previous):
+            kept.append(entry)
+        else:
+            break
+    return kept
+
+
+def graph_stacks(graph: Graph, pointer: str) -> list[list[StackEntry]]:
+    """The module stack of every node of a graph, in node order (see `module_stack`)."""
+    stacks: list[list[StackEntry]] = []
+    for i, node in enumerate(graph.nodes):
+        stack = module_stack(node, f"{pointer}/{i}/metadata/nn_module_stack")
+        stacks.append(stack if stack is not None else (stacks[-1] if stacks else [_ROOT]))
+    return stacks
+
+
+def parent_path(path: str) -> str:
+    """The dotted parent of a module or attribute path (``""`` for a top-level name)."""
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+# ---------------------------------------------------------------- weights
+
+
+@dataclass(frozen=True)
+class GraphWeight:
+    """A graph input bound to a parameter, buffer or lifted tensor constant."""
+
+    name: str
+    kind: WeightKind
+    value: str
+    persistent: bool
+    meta: TensorMeta | None
+
+
+def graph_weights(doc: ExportedProgram) -> list[GraphWeight]:
+    """The weights of the signature, in input order, with their tensor meta where known."""
+    metas = doc.graph_module.graph.tensor_values
+    found: list[GraphWeight] = []
+    for spec in doc.graph_module.signature.input_specs:
+        if isinstance(spec, InputSpecParameter):
+            p = spec.parameter
+            found.append(GraphWeight(p.parameter_name, "parameter", p.arg.name, True, None))
+        elif isinstance(spec, InputSpecBuffer):
+            b = spec.buffer
+            found.append(GraphWeight(b.buffer_name, "buffer", b.arg.name, b.persistent, None))
+        elif isinstance(spec, InputSpecTensorConstant):
+            c = spec.tensor_constant
+            found.append(GraphWeight(c.tensor_constant_name, "constant", c.arg.name, True, None))
+    return [GraphWeight(w.name, w.kind, w.value, w.persistent, metas.get(w.value)) for w in found]
+
+
+def custom_objects(doc: ExportedProgram) -> list[str]:
+    """Names of the script objects the signature binds to graph inputs."""
+    return [
+        spec.custom_obj.custom_obj_name
+        for spec in doc.graph_module.signature.input_specs
+        if isinstance(spec, InputSpecCustomObj)
+    ]
+
+
+def static_shape(meta: TensorMeta) -> tuple[int, ...] | None:
+    """A tensor's sizes as ints (a symbolic size counts by its hint), None when unknown."""
+    sizes: list[int] = []
+    for size in meta.sizes:
+        if isinstance(size, SymIntAsInt):
+            sizes.append(size.as_int)
+        elif isinstance(size, SymIntAsExpr) and isinstance(size.as_expr.hint, SymExprHintAsInt):
+            sizes.append(size.as_expr.hint.as_int)
+        else:
+            return None
+    return tuple(sizes)
+
+
+def meta_numel_bytes(meta: TensorMeta | None) -> tuple[int, int] | None:
+    """(elements, bytes) of a dense tensor with this meta, None when either is unknown."""
+    if meta is None:
+        return None
+    shape = static_shape(meta)
+    size = ITEMSIZE.get(meta.dtype)
+    if shape is None or size is None:
+        return None
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    return numel, numel * size
+
+
+def dtype_name(dtype: ScalarType) -> str:
+    """The scalar type's schema name, e.g. ``FLOAT``."""
+    return dtype.name

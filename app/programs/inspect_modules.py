@@ -1,0 +1,470 @@
+"""The module hierarchy of a program, its module-level dataflow, and pipeline stages.
+
+The hierarchy is the one ``torch.export.unflatten`` rebuilds (torch/export/unflatten.py): a
+module for every path of the module call graph, of the nodes' ``nn_module_stack`` metadata and
+of the weights' dotted names, plus each higher-order operator's subgraphs as attributes of the
+module that calls the operator. Repeated calls of a module (``sub``, ``sub@1``) are one module
+with ``calls == 2``; unflatten keeps a second module ``sub@1`` only when the two calls trace to
+different graphs, which this view does not tell apart. A module that no node calls has no type,
+except that nodes inside subgraphs still name the type of the modules they run in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from app.programs.inspect_common import (
+    NODES_POINTER,
+    InspectFailure,
+    StackEntry,
+    WeightInfo,
+    argument_values,
+    check_defined,
+    custom_objects,
+    graph_inputs,
+    graph_outputs,
+    graph_stacks,
+    graph_weights,
+    meta_numel_bytes,
+    node_inputs,
+    node_outputs,
+    parent_path,
+    subgraph_inputs,
+)
+from app.programs.inspect_models import (
+    CallSignature,
+    Edge,
+    ModuleGraph,
+    ModuleInfo,
+    ModuleTree,
+    Stage,
+    Tally,
+    Vertex,
+)
+from schema.models import (
+    Argument,
+    ArgumentAsBool,
+    ArgumentAsFloat,
+    ArgumentAsInt,
+    ArgumentAsNone,
+    ArgumentAsString,
+    ExportedProgram,
+    Graph,
+    ModuleCallEntry,
+)
+
+INPUT = "<input>"
+OUTPUT = "<output>"
+
+StageCost = Literal["param_bytes", "nodes"]
+
+#: Dotted parts a module path may have: every prefix becomes a module, so the work grows with
+#: the square of this.
+MAX_MODULE_DEPTH = 1000
+
+_KINDS = ("parameter", "buffer", "constant")
+
+
+@dataclass
+class _Module:
+    path: str
+    kind: Literal["module", "subgraph"] = "module"
+    type: str | None = None
+    calls: set[int] = field(default_factory=set)
+    nodes: int = 0
+    weights: dict[str, Tally] = field(default_factory=lambda: {k: Tally() for k in _KINDS})
+    signatures: list[CallSignature] = field(default_factory=list)
+
+
+class _Hierarchy:
+    """Modules in the order they are first met, and every module's ancestors."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, _Module] = {"": _Module("")}
+
+    def touch(self, path: str, kind: Literal["module", "subgraph"] = "module") -> _Module:
+        if path not in self.modules:
+            parts = path.split(".")
+            if len(parts) > MAX_MODULE_DEPTH:
+                raise InspectFailure(
+                    "module-too-deep",
+                    f"module path {path[:80]!r}... has {len(parts)} parts, more than "
+                    f"{MAX_MODULE_DEPTH}",
+                )
+            for end in range(1, len(parts)):
+                prefix = ".".join(parts[:end])
+                self.modules.setdefault(prefix, _Module(prefix))
+            self.modules[path] = _Module(path, kind)
+        return self.modules[path]
+
+
+def _weight_tally(sizes: tuple[int, int] | None) -> Tally:
+    if sizes is None:
+        return Tally(count=1, unknown=1)
+    numel, nbytes = sizes
+    return Tally(count=1, numel=numel, nbytes=nbytes)
+
+
+def _manifest_tally(info: WeightInfo) -> Tally:
+    numel = 1
+    for dim in info.shape:
+        numel *= dim
+    return Tally(count=1, numel=numel, nbytes=info.nbytes)
+
+
+def _label(arg: Argument) -> str:
+    """A signature entry: the value's name, a literal's Python spelling, else ``<arm>``."""
+    names = argument_values(arg)
+    if len(names) == 1:
+        return names[0]
+    if isinstance(arg, ArgumentAsNone):
+        return "None"
+    if isinstance(arg, ArgumentAsInt | ArgumentAsFloat | ArgumentAsBool | ArgumentAsString):
+        return repr(arg.value)
+    return f"<{arg.kind}>"
+
+
+def _signature(entry: ModuleCallEntry) -> CallSignature | None:
+    sig = entry.signature
+    if sig is None:
+        return None
+    return CallSignature(
+        call=entry.fqn,
+        inputs=[_label(a) for a in sig.inputs],
+        outputs=[_label(a) for a in sig.outputs],
+        in_spec=sig.in_spec,
+        out_spec=sig.out_spec,
+        forward_arg_names=sig.forward_arg_names,
+    )
+
+
+def module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None = None) -> ModuleTree:
+    """The module hierarchy ``torch.export.unflatten`` would rebuild, with sizes and calls."""
+    gm = doc.graph_module
+    graph = gm.graph
+    tree = _Hierarchy()
+    root = tree.modules[""]
+    root.calls.add(0)
+
+    stacks = graph_stacks(graph, NODES_POINTER)
+    for stack in stacks:
+        if stack[0].type and root.type is None:
+            root.type = stack[0].type
+        for entry in stack[1:]:
+            module = tree.touch(entry.path)
+            module.type = module.type or entry.type
+            module.calls.add(entry.call)
+        tree.modules[stack[-1].path].nodes += 1
+
+    for i, (node, stack) in enumerate(zip(graph.nodes, stacks, strict=True)):
+        owner = stack[-1].path
+        for j, sub in subgraph_inputs(node):
+            path = f"{owner}.{sub.name}" if owner else sub.name
+            _add_subgraph(tree, path, sub.graph, _subgraph_pointer(NODES_POINTER, i, j))
+
+    named = {info.name: info for info in weights or ()}
+    for weight in graph_weights(doc):
+        module = tree.touch(parent_path(weight.name))
+        if weight.name in named:
+            tally = _manifest_tally(named[weight.name])
+        else:
+            tally = _weight_tally(meta_numel_bytes(weight.meta))
+        module.weights[weight.kind] = module.weights[weight.kind].add(tally)
+    in_signature = {w.name for w in graph_weights(doc)}
+    for info in weights or ():
+        if info.name not in in_signature:
+            module = tree.touch(parent_path(info.name))
+            module.weights[info.kind] = module.weights[info.kind].add(_manifest_tally(info))
+    for name in custom_objects(doc):
+        tree.touch(parent_path(name))
+
+    mcg_order: dict[str, int] = {}
+    for call_entry in gm.module_call_graph:
+        base, _, call = call_entry.fqn.partition("@")
+        module = tree.touch(base)
+        if not call:
+            mcg_order.setdefault(base, len(mcg_order))
+        signature = _signature(call_entry)
+        if signature is not None:
+            module.signatures.append(signature)
+            if base:
+                module.calls.add(int(call) if call.isdigit() else 0)
+
+    return _assemble(tree, mcg_order)
+
+
+def _subgraph_pointer(nodes: str, node: int, arg: int) -> str:
+    return f"{nodes}/{node}/inputs/{arg}/arg/as_graph/graph/nodes"
+
+
+def _add_subgraph(tree: _Hierarchy, path: str, graph: Graph, pointer: str) -> None:
+    module = tree.touch(path, "subgraph")
+    module.nodes = len(graph.nodes)
+    for stack in graph_stacks(graph, pointer):
+        for entry in stack[1:]:
+            known = tree.touch(entry.path)
+            known.type = known.type or entry.type
+            known.calls.add(entry.call)
+    for i, node in enumerate(graph.nodes):
+        for j, sub in subgraph_inputs(node):
+            _add_subgraph(tree, f"{path}.{sub.name}", sub.graph, _subgraph_pointer(pointer, i, j))
+
+
+def _assemble(tree: _Hierarchy, mcg_order: dict[str, int]) -> ModuleTree:
+    met = {path: i for i, path in enumerate(tree.modules)}
+
+    def rank(path: str) -> tuple[int, int]:
+        return (mcg_order[path], 0) if path in mcg_order else (len(mcg_order), met[path])
+
+    children: dict[str, list[str]] = defaultdict(list)
+    for path in tree.modules:
+        if path:
+            children[parent_path(path)].append(path)
+    for kids in children.values():
+        kids.sort(key=rank)
+
+    # Iterative walks: a document may nest paths far deeper than Python's recursion limit.
+    preorder: list[tuple[str, int]] = []
+    pending = [("", 0)]
+    while pending:
+        path, depth = pending.pop()
+        preorder.append((path, depth))
+        pending.extend((kid, depth + 1) for kid in reversed(children[path]))
+
+    totals: dict[str, tuple[int, dict[str, Tally]]] = {}
+    for path, _ in reversed(preorder):
+        module = tree.modules[path]
+        nodes = module.nodes
+        sums = dict(module.weights)
+        for kid in children[path]:
+            kid_nodes, kid_sums = totals[kid]
+            nodes += kid_nodes
+            sums = {k: sums[k].add(kid_sums[k]) for k in _KINDS}
+        totals[path] = (nodes, sums)
+
+    out: list[ModuleInfo] = []
+    for path, depth in preorder:
+        module = tree.modules[path]
+        nodes, sums = totals[path]
+        out.append(
+            ModuleInfo(
+                path=path,
+                name=path.rsplit(".", 1)[-1],
+                parent=parent_path(path) if path else None,
+                depth=depth,
+                kind=module.kind,
+                type=module.type,
+                calls=len(module.calls),
+                call_names=[path if c == 0 else f"{path}@{c}" for c in sorted(module.calls)],
+                nodes=module.nodes,
+                total_nodes=nodes,
+                parameters=module.weights["parameter"],
+                buffers=module.weights["buffer"],
+                constants=module.weights["constant"],
+                total_parameters=sums["parameter"],
+                total_buffers=sums["buffer"],
+                total_constants=sums["constant"],
+                signatures=module.signatures,
+                children=children[path],
+            )
+        )
+    return ModuleTree(modules=out)
+
+
+# ---------------------------------------------------------------- module graph
+
+
+@dataclass
+class _Run:
+    call: str
+    entry: StackEntry
+    nodes: list[int] = field(default_factory=list)
+
+
+def module_graph(doc: ExportedProgram, depth: int) -> ModuleGraph:
+    """Module calls at ``depth`` (0 is the whole program) as vertices, values between as edges.
+
+    Depth counts nested module calls, not dotted path parts: ``layers.0`` called from the root
+    is at depth 1. A vertex is one call of a module at that depth, or, for a shallower module
+    whose own nodes are interleaved with its children's calls, one run of those nodes
+    (``call#k``). Weights are not edges: a vertex's ``param_bytes`` counts the parameters,
+    buffers and constants it is the first to read. Graph inputs and outputs are the vertices
+    `INPUT` and `OUTPUT`; the graph is a chain when each vertex feeds exactly the next one.
+    """
+    if depth < 0:
+        raise InspectFailure("invalid-depth", f"depth must be 0 or more, got {depth}")
+    graph = doc.graph_module.graph
+    check_defined(graph, "/graph_module/graph")
+    stacks = graph_stacks(graph, NODES_POINTER)
+
+    runs: list[_Run] = []
+    for i, stack in enumerate(stacks):
+        entry = stack[: depth + 1][-1]
+        call = entry.call_name
+        if not runs or runs[-1].call != call:
+            runs.append(_Run(call, entry))
+        runs[-1].nodes.append(i)
+    per_call = Counter(run.call for run in runs)
+    seen: Counter[str] = Counter()
+    ids: list[str] = []
+    for run in runs:
+        if per_call[run.call] == 1:
+            ids.append(run.call)
+        else:
+            ids.append(f"{run.call}#{seen[run.call]}")
+            seen[run.call] += 1
+
+    weights = {w.value: w for w in graph_weights(doc)}
+    weight_bytes = {
+        value: (nb[1] if (nb := meta_numel_bytes(w.meta)) else 0) for value, w in weights.items()
+    }
+    objects = set(custom_objects(doc))
+    producer: dict[str, str] = {
+        name: INPUT for name in graph_inputs(graph) if name not in weights and name not in objects
+    }
+    vertex_of_node: dict[int, str] = {}
+    for run, vid in zip(runs, ids, strict=True):
+        for i in run.nodes:
+            vertex_of_node[i] = vid
+            for name in node_outputs(graph.nodes[i]):
+                producer[name] = vid
+
+    edges: dict[tuple[str, str], dict[str, None]] = defaultdict(dict)
+    first_reader: dict[str, str] = {}
+    for i, node in enumerate(graph.nodes):
+        vid = vertex_of_node[i]
+        for name in node_inputs(node):
+            if name in weights:
+                first_reader.setdefault(name, vid)
+            elif name in producer and producer[name] != vid:
+                edges[(producer[name], vid)][name] = None
+    for name in graph_outputs(graph):
+        if name in producer:
+            edges[(producer[name], OUTPUT)][name] = None
+
+    used: dict[str, dict[str, None]] = defaultdict(dict)
+    for (source, _), names in edges.items():
+        used[source].update(names)
+    read_first: dict[str, list[str]] = defaultdict(list)
+    for value, vid in first_reader.items():
+        read_first[vid].append(value)
+
+    vertices = [
+        Vertex(id=INPUT, kind="input", outputs=list(used[INPUT]), outputs_used=len(used[INPUT]))
+    ]
+    for run, vid in zip(runs, ids, strict=True):
+        mine = read_first[vid]
+        vertices.append(
+            Vertex(
+                id=vid,
+                kind="module" if per_call[run.call] == 1 else "ops",
+                module=run.entry.path,
+                call=run.call,
+                type=run.entry.type,
+                nodes=len(run.nodes),
+                param_bytes=sum(weight_bytes[v] for v in mine),
+                weights=[weights[v].name for v in mine],
+                outputs=list(used[vid]),
+                outputs_used=len(used[vid]),
+            )
+        )
+    vertices.append(Vertex(id=OUTPUT, kind="output"))
+    order = {v.id: i for i, v in enumerate(vertices)}
+    edge_list = [
+        Edge(source=s, target=t, values=list(names))
+        for (s, t), names in sorted(edges.items(), key=lambda kv: _edge_rank(kv[0], order))
+    ]
+    chain = {(vertices[i].id, vertices[i + 1].id) for i in range(len(vertices) - 1)}
+    return ModuleGraph(
+        depth=depth,
+        vertices=vertices,
+        edges=edge_list,
+        is_chain={(e.source, e.target) for e in edge_list} == chain,
+    )
+
+
+def _edge_rank(edge: tuple[str, str], order: dict[str, int]) -> tuple[int, int]:
+    return order[edge[0]], order[edge[1]]
+
+
+# ---------------------------------------------------------------- stages
+
+
+def stages(doc: ExportedProgram, k: int, by: StageCost = "param_bytes") -> list[Stage]:
+    """Split the top-level vertices, in execution order, into ``k`` contiguous non-empty
+    stages whose largest cost (parameter bytes or node count) is as small as possible."""
+    if by not in ("param_bytes", "nodes"):
+        raise InspectFailure(
+            "invalid-stage-cost", f"stage cost must be param_bytes or nodes: {by!r}"
+        )
+    graph = module_graph(doc, 1)
+    units = [v for v in graph.vertices if v.kind in ("module", "ops")]
+    if not 1 <= k <= len(units):
+        raise InspectFailure(
+            "invalid-stage-count",
+            f"cannot split {len(units)} top-level vertices into {k} stages",
+        )
+    costs = [v.param_bytes if by == "param_bytes" else v.nodes for v in units]
+    bound = _min_max_cost(costs, k)
+    groups: list[list[int]] = []
+    i = 0
+    for s in range(k):
+        group = [i]
+        load = costs[i]
+        i += 1
+        while i < len(units) and load + costs[i] <= bound and len(units) - i > k - s - 1:
+            load += costs[i]
+            group.append(i)
+            i += 1
+        groups.append(group)
+
+    stage_of = {units[i].id: s for s, group in enumerate(groups) for i in group}
+    out: list[Stage] = []
+    for s, group in enumerate(groups):
+        members = [units[i] for i in group]
+        inputs: dict[str, None] = {}
+        outputs: dict[str, None] = {}
+        for edge in graph.edges:
+            src, dst = stage_of.get(edge.source), stage_of.get(edge.target)
+            if dst == s and src != s:
+                inputs.update(dict.fromkeys(edge.values))
+            if src == s and dst != s:
+                outputs.update(dict.fromkeys(edge.values))
+        out.append(
+            Stage(
+                index=s,
+                vertices=[v.id for v in members],
+                modules=list(dict.fromkeys(v.module for v in members if v.module is not None)),
+                nodes=sum(v.nodes for v in members),
+                param_bytes=sum(v.param_bytes for v in members),
+                cost=sum(costs[i] for i in group),
+                inputs=list(inputs),
+                outputs=list(outputs),
+            )
+        )
+    return out
+
+
+def _min_max_cost(costs: list[int], k: int) -> int:
+    """The smallest bound such that ``costs`` splits into at most ``k`` runs within it."""
+
+    def runs_needed(bound: int) -> int:
+        count, load = 1, 0
+        for cost in costs:
+            if load + cost > bound:
+                count += 1
+                load = 0
+            load += cost
+        return count
+
+    low, high = max(costs), sum(costs)
+    while low < high:
+        mid = (low + high) // 2
+        if runs_needed(mid) <= k:
+            high = mid
+        else:
+            low = mid + 1
+    return low

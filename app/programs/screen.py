@@ -1,0 +1,405 @@
+"""The safety screen: what in a document would make torch run code or touch files on load.
+
+torch 2.13's loader `sympify`s (evaluates) every SymExpr string, `exec`s `guards_code`,
+imports modules named by `__enum__` treespec contexts and defaultdict factories, resolves node
+targets by attribute lookup on `torch`, `operator` and `math`, and unpickles use_pickle
+payloads and custom objects. Everything outside what torch itself writes is refused here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+
+import schema
+from app.failure import Failure
+from app.programs.expr import UnsafeExpression, check_expression, check_guard
+from app.programs.validation import (
+    Finding,
+    FindingList,
+    Severity,
+    sym_exprs,
+    walk_graphs,
+)
+from app.settings import Settings
+from schema.errors import pointer
+
+#: Python-level node targets torch writes (serialize.py `_SYM_OPS`, getitem, predispatch
+#: wrappers of vmap/jvp, grad-mode and autocast markers); all pure or process-local.
+SAFE_PYTHON_TARGETS = frozenset(
+    {
+        *(
+            f"_operator.{name}"
+            for name in (
+                "add",
+                "sub",
+                "mul",
+                "truediv",
+                "floordiv",
+                "mod",
+                "pow",
+                "neg",
+                "pos",
+                "abs",
+                "invert",
+                "not_",
+                "eq",
+                "ne",
+                "lt",
+                "le",
+                "gt",
+                "ge",
+                "and_",
+                "or_",
+                "xor",
+                "lshift",
+                "rshift",
+                "getitem",
+            )
+        ),
+        "math.trunc",
+        "math.floor",
+        "math.ceil",
+        "math.sqrt",
+        *(
+            f"torch.{name}"
+            for name in (
+                "sym_not",
+                "sym_int",
+                "sym_float",
+                "sym_ite",
+                "sym_max",
+                "sym_min",
+                "sym_sqrt",
+                "_sym_sqrt",
+                "sym_sum",
+            )
+        ),
+        *(
+            f"torch._functorch.predispatch.{name}"
+            for name in (
+                "_add_batch_dim",
+                "_remove_batch_dim",
+                "_vmap_increment_nesting",
+                "_vmap_decrement_nesting",
+                "_jvp_increment_nesting",
+                "_jvp_decrement_nesting",
+                "_enter_dual_level",
+                "_exit_dual_level",
+                "_make_dual",
+                "_unpack_dual",
+                "_unwrap_for_grad",
+                "lazy_load_decompositions",
+            )
+        ),
+        "torch._C._set_grad_enabled",
+        "torch.amp.autocast_mode._enter_autocast",
+        "torch.amp.autocast_mode._exit_autocast",
+    }
+)
+#: Operators that read or write files (found by the `str filename` arguments of torch's schemas).
+UNSAFE_OPERATORS = frozenset(
+    {("aten", "from_file"), ("aten", "save"), ("debugprims", "load_tensor")}
+)
+#: Operator namespaces torch registers by itself; any other needs an import to be registered.
+BUILTIN_NAMESPACES = frozenset(
+    {
+        "aten",
+        "prims",
+        "prim",
+        "higher_order",
+        "quantized",
+        "_quantized",
+        "quantization",
+        "rngprims",
+        "inductor",
+        "inductor_prims",
+        "mkldnn",
+        "mkldnn_prepacked",
+        "onednn",
+        "mkl",
+        "sparse",
+        "profiler",
+        "c10d",
+        "_c10d_functional",
+        "_c10d_functional_autograd",
+        "symm_mem",
+        "_dtensor",
+        "debugprims",
+        "debug_mode_ops",
+        "export",
+        "onnx",
+        "static_runtime",
+        "_native",
+        "_test",
+    }
+)
+#: Container types torch registers for pytrees; any other type must be registered by the loader.
+BUILTIN_CONTAINERS = frozenset(
+    {
+        "builtins.tuple",
+        "builtins.list",
+        "builtins.dict",
+        "collections.namedtuple",
+        "collections.OrderedDict",
+        "collections.defaultdict",
+        "collections.deque",
+        "torch.fx.immutable_collections.immutable_list",
+        "torch.fx.immutable_collections.immutable_dict",
+        "torch.Size",
+    }
+)
+#: defaultdict factories that resolve inside builtins (torch imports the named module).
+SAFE_DEFAULT_FACTORIES = frozenset({"list", "dict", "set", "tuple", "int", "float", "str", "bool"})
+
+#: attributes of `torch.ops` itself, which a namespace segment would reach instead of a namespace
+_OPS_ATTRIBUTES = frozenset({"load_library", "import_module", "loaded_libraries"})
+_IDENTIFIER = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*(?:\.(?!__)[A-Za-z_][A-Za-z0-9_]*)*")
+_EXTENSION = re.compile(r"#(?!__)[A-Za-z_][A-Za-z0-9_]*:[A-Za-z0-9_.]+")
+_SAMPLE_INPUTS = re.compile(
+    r"(?:^|/)(?:data/sample_inputs/[^/]+\.pt|extra/[^/]+\.sample_input\.pt)"
+)
+
+
+class UnsafeProgram(Failure):
+    """A program torch would run foreign code or touch files for while loading it."""
+
+
+def screen(
+    doc: schema.ExportedProgram,
+    settings: Settings,
+    pickled: Sequence[str] = (),
+    *,
+    graphs: Sequence[tuple[schema.Graph, str]] | None = None,
+) -> list[Finding]:
+    """Every construct torch would evaluate, import, exec or unpickle that is not its own.
+
+    `graphs` is `list(walk_graphs(doc))` when the caller already has it.
+    """
+    found = FindingList()
+    for graph, path in walk_graphs(doc) if graphs is None else graphs:
+        for text, at in sym_exprs(graph, path):
+            _expression(text, at, found)
+        for i, node in enumerate(graph.nodes):
+            _target(node.target, f"{path}/nodes/{i}/target", found)
+            for j, named in enumerate(node.inputs):
+                for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
+                    _target(op, at, found)
+    for key in doc.range_constraints:
+        _expression(key, pointer(["range_constraints", key]), found)
+    for i, line in enumerate(doc.guards_code):
+        try:
+            check_guard(line)
+        except UnsafeExpression as exc:
+            found.add("unsafe-guards-code", "error", f"/guards_code/{i}", exc.message)
+    for i, entry in enumerate(doc.graph_module.module_call_graph):
+        if entry.signature is not None:
+            where = f"/graph_module/module_call_graph/{i}/signature"
+            _treespec(entry.signature.in_spec, f"{where}/in_spec", found)
+            _treespec(entry.signature.out_spec, f"{where}/out_spec", found)
+    _custom_objects(doc, "warning" if settings.allow_opaque_pickles else "error", found)
+    _pickles(pickled, "warning" if settings.allow_opaque_pickles else "error", found)
+    return found.result()
+
+
+def refuse_if_unsafe(findings: Sequence[Finding]) -> None:
+    """Raise UnsafeProgram (the first error's code, every finding as an issue) on any error."""
+    errors = [f for f in findings if f.severity == "error"]
+    if not errors:
+        return
+    first = errors[0]
+    raise UnsafeProgram(
+        first.code,
+        f"{len(errors)} unsafe construct(s); first at {first.path or '/'}: {first.message}",
+        [schema.Issue(f.code, f.path, f.message) for f in findings],
+    )
+
+
+def custom_namespaces(
+    doc: schema.ExportedProgram, *, graphs: Sequence[tuple[schema.Graph, str]] | None = None
+) -> list[str]:
+    """Operator namespaces the program calls that torch does not register by itself."""
+    found: set[str] = set()
+    for graph, path in walk_graphs(doc) if graphs is None else graphs:
+        for node in graph.nodes:
+            targets = [node.target]
+            for named in node.inputs:
+                targets.extend(op for op, _ in _operators(named.arg, path))
+            for target in targets:
+                parts = target.split(".")
+                if len(parts) == 5 and parts[:2] == ["torch", "ops"]:
+                    if parts[2] not in BUILTIN_NAMESPACES and _IDENTIFIER.fullmatch(parts[2]):
+                        found.add(parts[2])
+    return sorted(found)
+
+
+# ---------------------------------------------------------------- expressions and targets
+
+
+def _expression(text: str, at: str, found: FindingList) -> None:
+    try:
+        check_expression(text)
+    except UnsafeExpression as exc:
+        found.add("unsafe-expression", "error", at, exc.message)
+
+
+def _operators(arg: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Operators passed as arguments (e.g. to auto_functionalized): torch resolves them too."""
+    if isinstance(arg, schema.ArgumentAsOperator):
+        yield arg.as_operator, f"{path}/as_operator"
+    elif isinstance(arg, schema.ArgumentAsStringToArgument):
+        for key, sub in arg.as_string_to_argument.items():
+            yield from _operators(sub, path + pointer(["as_string_to_argument", key]))
+
+
+def _target(target: str, at: str, found: FindingList) -> None:
+    if target in SAFE_PYTHON_TARGETS or _EXTENSION.fullmatch(target):
+        return
+    parts = target.split(".")
+    if parts[:2] == ["torch", "ops"] and all(_IDENTIFIER.fullmatch(p) for p in parts[2:]):
+        if len(parts) == 4 and parts[2] == "higher_order":
+            return
+        if len(parts) == 5 and parts[2] not in _OPS_ATTRIBUTES | {"higher_order"}:
+            if (parts[2], parts[3]) in UNSAFE_OPERATORS:
+                found.add(
+                    "unsafe-operator",
+                    "error",
+                    at,
+                    f"{target} reads or writes files outside the program",
+                )
+            return
+    found.add(
+        "unsafe-target",
+        "error",
+        at,
+        f"{target!r} is neither an operator overload, a higher-order operator, "
+        "nor a Python function torch writes",
+    )
+
+
+# ---------------------------------------------------------------- treespecs
+
+
+def _treespec(text: str, at: str, found: FindingList) -> None:
+    """torch's treespec JSON: refuse imports (enum contexts, defaultdict factories)."""
+    try:
+        spec = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        found.add("unsafe-treespec", "error", at, f"not a JSON treespec: {exc}")
+        return
+    if not (isinstance(spec, list) and len(spec) == 2 and spec[0] == 1):
+        found.add("unsafe-treespec", "error", at, "not a treespec of protocol 1")
+        return
+    registered: set[str] = set()
+    stack: list[Any] = [spec[1]]
+    while stack:
+        node = stack.pop()
+        problem = _treespec_node(node, registered)
+        if problem is not None:
+            found.add("unsafe-treespec", "error", at, problem)
+            return
+        stack.extend(node["children_spec"])
+    for name in sorted(registered):
+        found.add(
+            "treespec-type-to-register",
+            "info",
+            at,
+            f"{name!r} must be registered as a pytree node before torch can load this program",
+        )
+
+
+def _treespec_node(node: Any, registered: set[str]) -> str | None:
+    """What is wrong with one treespec node, or None; plain type names go to `registered`."""
+    if not (
+        isinstance(node, dict)
+        and set(node) == {"type", "context", "children_spec"}
+        and isinstance(node["children_spec"], list)
+    ):
+        return "a treespec node must have exactly type, context and children_spec"
+    kind, context = node["type"], node["context"]
+    if kind is None:
+        if context is not None or node["children_spec"]:
+            return "a leaf must have no context and no children"
+        return None
+    if not isinstance(kind, str) or not _DOTTED.fullmatch(kind):
+        return f"the node type {kind!r} is not a plain registered name"
+    if kind == "collections.defaultdict":
+        return _default_factory(context)
+    if kind == "collections.namedtuple":
+        if not isinstance(context, str) or not _DOTTED.fullmatch(context):
+            return f"the namedtuple type {context!r} is not a plain registered name"
+        registered.add(context)
+        return None
+    if kind not in BUILTIN_CONTAINERS:
+        registered.add(kind)
+    if not isinstance(context, str):
+        return f"the context of {kind} must be a JSON string"
+    try:
+        parsed = orjson.loads(context)
+    except orjson.JSONDecodeError:
+        # a registered type may bring its own context format; builtins never do
+        return None if kind not in BUILTIN_CONTAINERS else f"the context of {kind} is not JSON"
+    if _has_enum(parsed):
+        return f"the context of {kind} names an enum, which torch would import to load"
+    return None
+
+
+def _default_factory(context: Any) -> str | None:
+    if not (isinstance(context, dict) and isinstance(context.get("default_factory_name"), str)):
+        return "a defaultdict context must name its default factory"
+    module, name = context.get("default_factory_module"), context["default_factory_name"]
+    if module != "builtins" or name not in SAFE_DEFAULT_FACTORIES:
+        return f"the defaultdict factory {module}.{name} would be imported to load"
+    return None
+
+
+def _has_enum(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "__enum__" in item:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+# ---------------------------------------------------------------- objects and pickles
+
+
+def _custom_objects(doc: schema.ExportedProgram, severity: Severity, found: FindingList) -> None:
+    seen: set[str] = set()
+    for i, spec in enumerate(doc.graph_module.signature.input_specs):
+        if isinstance(spec, schema.InputSpecCustomObj):
+            seen.add(spec.custom_obj.arg.name)
+            found.add(
+                "unsafe-custom-object",
+                severity,
+                f"/graph_module/signature/input_specs/{i}/custom_obj",
+                f"custom object {spec.custom_obj.custom_obj_name!r} "
+                f"({spec.custom_obj.arg.class_fqn}) is loaded by unpickling",
+            )
+    for j, arg in enumerate(doc.graph_module.graph.inputs):
+        if isinstance(arg, schema.ArgumentAsCustomObj) and arg.as_custom_obj.name not in seen:
+            found.add(
+                "unsafe-custom-object",
+                severity,
+                f"/graph_module/graph/inputs/{j}/as_custom_obj",
+                f"custom object input {arg.as_custom_obj.name!r} "
+                f"({arg.as_custom_obj.class_fqn}) is loaded by unpickling",
+            )
+
+
+def _pickles(pickled: Sequence[str], severity: Severity, found: FindingList) -> None:
+    for member in pickled:
+        # example data, not the program: torch's loader must never be handed them (it falls
+        # back to weights_only=False), which is the archive layer's business, not the screen's
+        if _SAMPLE_INPUTS.search(member):
+            continue
+        found.add("unsafe-pickle", severity, "", f"archive member {member!r} is a pickle")

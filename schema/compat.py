@@ -1,0 +1,290 @@
+"""Compatibility: verdicts between schema versions, and which torch releases read a document."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from schema._base import FIRST_KNOWN, Arm, Struct, Version
+from schema.description import Description, field_wire, union_arms
+from schema.diff import (
+    Bump,
+    Change,
+    DescriptionLike,
+    describe_with_ids,
+    diff,
+    resolve,
+    stronger,
+    version_of,
+)
+from schema.errors import SchemaError
+from schema.history import RELEASES, format_version, versions
+from schema.io import load
+from schema.models import ENUMS, UNIONS, SchemaVersion
+
+
+class UnknownMode(SchemaError):
+    """A compatibility mode that is not one of `Mode`."""
+
+    code = "unknown-compatibility-mode"
+
+
+class Mode(StrEnum):
+    """Avro-style compatibility modes; the transitive ones check every known version between."""
+
+    BACKWARD = "BACKWARD"
+    FORWARD = "FORWARD"
+    FULL = "FULL"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+
+    @property
+    def transitive(self) -> bool:
+        """Whether every known version between old and new is checked against new."""
+        return self.value.endswith("_TRANSITIVE")
+
+    @property
+    def forward(self) -> bool:
+        """Whether old readers must read new documents."""
+        return self.value.startswith(("FORWARD", "FULL"))
+
+    @property
+    def backward(self) -> bool:
+        """Whether new readers must read old documents."""
+        return self.value.startswith(("BACKWARD", "FULL"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether `new` is compatible with `old` in `mode`, and whether the version numbers agree."""
+
+    ok: bool
+    mode: Mode
+    old_version: str
+    new_version: str
+    violations: list[Change]
+    required_bump: Bump
+    actual_bump: Bump
+    numbers_follow_rules: bool
+    message: str | None
+    #: The changes that need a stronger bump than the version numbers show.
+    unmet: list[Change]
+    #: The (old, new) version pairs that were diffed.
+    checked: list[tuple[str, str]]
+
+
+def compatibility(old: DescriptionLike, new: DescriptionLike, mode: Mode | str) -> Verdict:
+    """The verdict of going from `old` to `new` under `mode` (BACKWARD, FORWARD, FULL, ...)."""
+    try:
+        m = Mode(mode.upper() if isinstance(mode, str) else mode)
+    except ValueError:
+        known = ", ".join(Mode)
+        raise UnknownMode(f"unknown compatibility mode {mode!r}; known: {known}") from None
+    a, b = resolve(old), resolve(new)
+    va, vb = version_of(a), version_of(b)
+    whole = diff(a, b)
+    earlier: list[Description] = [a]
+    if m.transitive:
+        earlier += [describe_with_ids(v) for v in _between(va, vb)]
+    violations: list[Change] = []
+    seen: set[tuple[str, str, str, str]] = set()
+    checked: list[tuple[str, str]] = []
+    for d in earlier:
+        pair = whole if d is a else diff(d, b)
+        checked.append((pair.old_version, pair.new_version))
+        for c in pair.changes:
+            key = (c.rule, c.path, repr(c.old), repr(c.new))
+            if key not in seen and _violates(c, m):
+                seen.add(key)
+                violations.append(c)
+    required = whole.required_bump
+    actual = _actual_bump(va, vb)
+    unmet = [c for c in whole.changes if stronger(c.bump, actual) != actual]
+    follows = vb >= va and not unmet
+    return Verdict(
+        ok=not violations,
+        mode=m,
+        old_version=format_version(va),
+        new_version=format_version(vb),
+        violations=violations,
+        required_bump=required,
+        actual_bump=actual,
+        numbers_follow_rules=follows,
+        message=None if follows else _numbers_message(va, vb, actual, unmet),
+        unmet=unmet,
+        checked=checked,
+    )
+
+
+def _violates(c: Change, mode: Mode) -> bool:
+    return (mode.forward and c.breaks_forward) or (mode.backward and c.breaks_backward)
+
+
+def _between(old: Version, new: Version) -> list[Version]:
+    return [k.version for k in versions() if k.describable and old < k.version < new]
+
+
+def _actual_bump(old: Version, new: Version) -> Bump:
+    if new[0] > old[0]:
+        return "major"
+    if new[0] == old[0] and new[1] > old[1]:
+        return "minor"
+    return "none"
+
+
+def _numbers_message(old: Version, new: Version, actual: Bump, unmet: list[Change]) -> str:
+    went = f"SCHEMA_VERSION went {format_version(old)} -> {format_version(new)}"
+    if new < old:
+        return f"{went}: backwards"
+    reasons = "; ".join(f"{c.message} needs {c.bump}" for c in unmet)
+    return f"{went} ({actual} bump), but {len(unmet)} change(s) need more: {reasons}"
+
+
+# ---------------------------------------------------------------- documents
+
+FeatureKind = Literal["field", "arm", "enum"]
+#: What a torch release does with a feature it does not know.
+_EFFECT: dict[FeatureKind, str] = {
+    "field": "an unknown field, ignored: its value is lost",
+    "arm": "an unknown union arm: reading fails",
+    "enum": "an unknown enum value: reading fails",
+}
+
+
+@dataclass(frozen=True)
+class Compat:
+    """Which schema versions and torch releases can read a document, from the features it uses."""
+
+    min_version: str
+    #: Every feature used (``Type.field``, ``Union.arm``, ``Enum.VALUE``) with its first version.
+    features: list[tuple[str, str]]
+    readable_by: list[str]
+    not_readable_by: list[tuple[str, str]]
+
+
+def iter_models(doc: BaseModel) -> Iterator[BaseModel]:
+    """Every model in a document (structs and union arms), in document order."""
+    stack: list[Any] = [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, BaseModel):
+            yield value
+            children = [getattr(value, name) for name in type(value).model_fields]
+        elif isinstance(value, list):
+            children = value
+        elif isinstance(value, dict):
+            children = list(value.values())
+        else:
+            continue
+        stack.extend(reversed([c for c in children if isinstance(c, BaseModel | list | dict)]))
+
+
+@functools.cache
+def struct_defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The fields of a struct that have a default, with that default."""
+    return {
+        name: info.get_default(call_default_factory=True)
+        for name, info in model.model_fields.items()
+        if info.default is not PydanticUndefined or info.default_factory is not None
+    }
+
+
+@functools.cache
+def _field_since(model: type[BaseModel]) -> dict[str, Version]:
+    return {name: field_wire(info).since for name, info in model.model_fields.items()}
+
+
+@functools.cache
+def _arms() -> dict[type[Arm], tuple[str, Version]]:
+    out: dict[type[Arm], tuple[str, Version]] = {}
+    for name, union in UNIONS.items():
+        for arm in union_arms(union)[1]:
+            [info] = arm.model_fields.values()
+            out[arm] = (f"{name}.{arm.__tag__}", field_wire(info).since)
+    return out
+
+
+def _enum_since(member: IntEnum) -> Version:
+    since, values = ENUMS[type(member)]
+    return values.get(member, since)
+
+
+def used_features(doc: BaseModel) -> dict[str, tuple[Version, FeatureKind]]:
+    """The features a document uses: fields present and not at their default, arms, enum values."""
+    found: dict[str, tuple[Version, FeatureKind]] = {}
+    arms = _arms()
+    for model in iter_models(doc):
+        if isinstance(model, Arm):
+            path, since = arms[type(model)]
+            found.setdefault(path, (since, "arm"))
+            values = [model.value]
+        elif isinstance(model, Struct):
+            cls = type(model)
+            defaults = struct_defaults(cls)
+            sinces = _field_since(cls)
+            values = []
+            for name in cls.model_fields:
+                value = getattr(model, name)
+                values.append(value)
+                if name not in model.model_fields_set:
+                    continue
+                if name in defaults and value == defaults[name]:
+                    continue
+                found.setdefault(f"{cls.__name__}.{name}", (sinces[name], "field"))
+        else:
+            continue
+        for value in values:
+            if isinstance(value, IntEnum) and type(value) in ENUMS:
+                path = f"{type(value).__name__}.{value.name}"
+                found.setdefault(path, (_enum_since(value), "enum"))
+    return found
+
+
+def compat(doc: BaseModel | bytes | str) -> Compat:
+    """The oldest schema version and the torch releases that read `doc` (an ExportedProgram)."""
+    model = load(doc) if isinstance(doc, bytes | str) else doc
+    used = used_features(model)
+    declared = getattr(model, "schema_version", None)
+    major = declared.major if isinstance(declared, SchemaVersion) else None
+    floor = sorted(v for v in RELEASES if v[0] == major)[:1]
+    need = max([s for s, _ in used.values()] + floor, default=FIRST_KNOWN)
+    readable: list[str] = []
+    not_readable: list[tuple[str, str]] = []
+    for v, releases in sorted(RELEASES.items()):
+        reason = _unreadable(v, major, used)
+        for release in releases:
+            if reason is None:
+                readable.append(release)
+            else:
+                not_readable.append((release, reason))
+    features = sorted(used.items(), key=lambda item: (item[1][0], item[0]))
+    return Compat(
+        min_version=format_version(need),
+        features=[(path, format_version(since)) for path, (since, _) in features],
+        readable_by=readable,
+        not_readable_by=not_readable,
+    )
+
+
+def _unreadable(
+    v: Version, major: int | None, used: dict[str, tuple[Version, FeatureKind]]
+) -> str | None:
+    if major is not None and v[0] != major:
+        return (
+            f"it writes schema {format_version(v)} and refuses documents of another major "
+            f"(this one is {major}.x)"
+        )
+    missing = sorted((since, path, kind) for path, (since, kind) in used.items() if since > v)
+    if not missing:
+        return None
+    lacks = "; ".join(
+        f"{path} (since {format_version(since)}; {_EFFECT[kind]})" for since, path, kind in missing
+    )
+    return f"schema {format_version(v)} lacks {lacks}"

@@ -1,0 +1,229 @@
+"""Documents of other schema versions: older 8.x upgraded, newer 8.x kept, 7.x upgraded."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from schema._base import FIRST_8X, Struct, Version
+from schema.compat import iter_models, struct_defaults
+from schema.description import TypeExpr, describe, parse_type
+from schema.errors import DocumentInvalid, Issue, UnsupportedMajor, pointer
+from schema.history import CURRENT, format_version
+from schema.io import load, unknown_fields
+from schema.models import ExportedProgram
+
+#: The one major before ours that JSON-level upgraders exist for.
+UPGRADABLE_MAJOR = 7
+SUPPORTED = (
+    f"{CURRENT[0]}.x (up to {format_version(CURRENT)} upgraded, newer {CURRENT[0]}.x read with "
+    f"their unknown fields kept) and {UPGRADABLE_MAJOR}.x (upgraded to {format_version(CURRENT)})"
+)
+
+#: The unions whose ``as_none`` arm was ``Tuple[()]`` (written ``[]``) before 8.2 and is now bool.
+_NONE_UNIONS = frozenset({"Argument", "ConstantValue", "OptionalTensorArgument"})
+_INFINITE = frozenset({"Infinity", "-Infinity"})
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """A document read as the current schema, and how it got there."""
+
+    document: ExportedProgram
+    from_version: str
+    #: The version the document declares now: ours, or its own when it is a newer 8.x.
+    to_version: str
+    steps: list[str]
+    #: JSON pointers of the keys the current schema does not declare (kept, not dropped).
+    unknown_fields: list[str]
+
+
+class _NonFinite:
+    """A bare ``Infinity``/``-Infinity``/``NaN`` token, which strict JSON (and orjson) refuses."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def upgrade(raw: bytes | str) -> Upgraded:
+    """Read a document of any supported schema version as the current one; see `SUPPORTED`."""
+    data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    tree, json_error = _parse(data)
+    version = _schema_version(tree)
+    if version[0] == CURRENT[0]:
+        if json_error is not None:
+            raise DocumentInvalid([Issue("invalid-json", "", json_error)])
+        return _read(data, version, [])
+    if version[0] == UPGRADABLE_MAJOR:
+        steps = _upgrade_7x(tree)
+        if json_error is not None:
+            _refuse_leftover_tokens(tree)
+        try:
+            upgraded = orjson.dumps(tree)
+        except orjson.JSONEncodeError as exc:
+            raise DocumentInvalid([Issue("invalid-json", "", str(exc))]) from None
+        return _read(upgraded, version, steps)
+    raise UnsupportedMajor(
+        f"schema version {format_version(version)} is not supported; supported: {SUPPORTED}"
+    )
+
+
+def _parse(data: bytes) -> tuple[Any, str | None]:
+    """The JSON tree; where only bare non-finite tokens (old torch's json.dumps) make it invalid
+    JSON, the tree with those tokens marked, and orjson's complaint."""
+    try:
+        return orjson.loads(data), None
+    except orjson.JSONDecodeError as exc:
+        error = str(exc)
+    try:
+        return json.loads(data, parse_constant=_NonFinite), error
+    except (ValueError, RecursionError):
+        raise DocumentInvalid([Issue("invalid-json", "", error)]) from None
+
+
+def _schema_version(tree: Any) -> Version:
+    if not isinstance(tree, dict):
+        raise DocumentInvalid([Issue("wrong-type", "", "a document is a JSON object")])
+    if "schema_version" not in tree:
+        raise DocumentInvalid(
+            [Issue("missing-field", "/schema_version", "the document has no schema_version")]
+        )
+    raw = tree["schema_version"]
+    if not isinstance(raw, dict):
+        raise DocumentInvalid(
+            [Issue("wrong-type", "/schema_version", "schema_version must be {major, minor}")]
+        )
+    parts = []
+    for key in ("major", "minor"):
+        value = raw.get(key)
+        path = f"/schema_version/{key}"
+        if key not in raw:
+            raise DocumentInvalid([Issue("missing-field", path, f"schema_version has no {key}")])
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise DocumentInvalid(
+                [Issue("wrong-type", path, f"{key} must be a non-negative integer")]
+            )
+        parts.append(value)
+    return parts[0], parts[1]
+
+
+def _read(data: bytes, version: Version, steps: list[str]) -> Upgraded:
+    doc = load(data, ExportedProgram)
+    steps = [*steps, *_filled(doc)]
+    target = version if version[0] == CURRENT[0] and version > CURRENT else CURRENT
+    if (doc.schema_version.major, doc.schema_version.minor) != target:
+        doc.schema_version.major, doc.schema_version.minor = target
+        steps.append(f"schema_version {format_version(version)} -> {format_version(target)}")
+    return Upgraded(
+        doc, format_version(version), format_version(target), steps, unknown_fields(doc)
+    )
+
+
+def _filled(doc: ExportedProgram) -> list[str]:
+    """One step per struct field that the document omits and its default fills."""
+    steps: dict[str, str] = {}
+    for model in iter_models(doc):
+        if not isinstance(model, Struct):
+            continue
+        for name, default in struct_defaults(type(model)).items():
+            path = f"{type(model).__name__}.{name}"
+            if name not in model.model_fields_set and path not in steps:
+                steps[path] = f"filled {path} with {orjson.dumps(default).decode()}"
+    return list(steps.values())
+
+
+# ---------------------------------------------------------------- 7.x -> 8.x
+
+
+def _upgrade_7x(tree: dict[str, Any]) -> list[str]:
+    """Rewrite a 7.x tree in place into 8.x wire form; one step per kind of rewrite done.
+
+    The walk follows the 8.2 description, whose shape 7.3 documents share except for the
+    rewritten spots; SymExprHint's changed arm order needs nothing (a union is one key).
+    """
+    types = {k: v for k, v in describe(FIRST_8X).items() if isinstance(v, dict)}
+    parsed: dict[str, TypeExpr] = {}
+    notes: dict[str, None] = {}
+
+    def parse(text: str) -> TypeExpr:
+        if text not in parsed:
+            parsed[text] = parse_type(text)
+        return parsed[text]
+
+    holder: list[Any] = [tree]
+    stack: list[tuple[Any, Any, TypeExpr]] = [(holder, 0, TypeExpr("ExportedProgram"))]
+    while stack:
+        parent, key, t = stack.pop()
+        value = parent[key]
+        if t.name == "float" and isinstance(value, _NonFinite):
+            parent[key] = value.text
+            notes["float: bare Infinity/-Infinity/NaN tokens -> torch's float strings"] = None
+        elif t.name == "Optional" and value is not None:
+            stack.append((parent, key, t.args[0]))
+        elif t.name == "List" and isinstance(value, list):
+            stack.extend((value, i, t.args[0]) for i in reversed(range(len(value))))
+        elif t.name == "Dict" and isinstance(value, dict):
+            stack.extend((value, k, t.args[1]) for k in reversed(list(value)))
+        elif t.name in types and isinstance(value, dict):
+            spec = types[t.name]
+            if spec["kind"] == "union" and len(value) == 1:
+                arm = next(iter(value))
+                if arm in spec["fields"]:
+                    _fix_arm(t.name, arm, value, notes)
+                    stack.append((value, arm, parse(spec["fields"][arm]["type"])))
+            elif spec["kind"] == "struct":
+                if t.name == "RangeConstraint":
+                    _fix_range(value, notes)
+                fields = [f for f in spec["fields"] if f in value]
+                stack.extend((value, f, parse(spec["fields"][f]["type"])) for f in reversed(fields))
+    return list(notes)
+
+
+def _fix_arm(union: str, arm: str, value: dict[str, Any], notes: dict[str, None]) -> None:
+    if union in _NONE_UNIONS and arm == "as_none" and value[arm] == []:
+        value[arm] = True
+        notes[f"{union}.as_none: [] -> true (Tuple[()] became bool in 8.2)"] = None
+    if union == "InputSpec" and arm == "constant_input":
+        notes[
+            "InputSpec.constant_input: ConstantInputSpec read as InputToConstantInputSpec "
+            "(same fields name, value)"
+        ] = None
+
+
+def _fix_range(value: dict[str, Any], notes: dict[str, None]) -> None:
+    for bound in ("min_val", "max_val"):
+        v = value.get(bound)
+        if (
+            (isinstance(v, _NonFinite) and v.text in _INFINITE)
+            or (isinstance(v, str) and v in _INFINITE)
+            or (isinstance(v, float) and math.isinf(v))
+        ):
+            value[bound] = None
+            notes[
+                f"RangeConstraint.{bound}: infinite bound -> null "
+                "(unbounded; int became Optional[int] in 8.2)"
+            ] = None
+
+
+def _refuse_leftover_tokens(tree: Any) -> None:
+    stack: list[tuple[Any, list[str | int]]] = [(tree, [])]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _NonFinite):
+            raise DocumentInvalid(
+                [
+                    Issue(
+                        "wrong-type",
+                        pointer(path),
+                        f"bare {value.text} where the schema has no float",
+                    )
+                ]
+            )
+        if isinstance(value, dict):
+            stack.extend((v, [*path, k]) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*path, i]) for i, v in enumerate(value))

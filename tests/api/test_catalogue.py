@@ -1,0 +1,25 @@
+"""The problem catalogue lists exactly the codes the code base can raise."""
+
+from __future__ import annotations
+
+from app.api.problems import CATALOGUE
+from tests.api.codescan import raised_codes
+
+
+def test_every_raised_code_is_catalogued() -> None:
+    missing = {
+        code: sorted(files) for code, files in raised_codes().items() if code not in CATALOGUE
+    }
+    assert missing == {}
+
+
+def test_every_catalogued_code_is_raised() -> None:
+    assert sorted(set(CATALOGUE) - set(raised_codes())) == []
+
+
+def test_statuses_are_client_or_service_errors() -> None:
+    assert {p.status for p in CATALOGUE.values()} <= {400, 404, 405, 409, 413, 415, 422, 500, 503}
+    assert [c for c, p in CATALOGUE.items() if p.status == 500] == [
+        "internal-error",
+        "worker-bad-job",
+    ]

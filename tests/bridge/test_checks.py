@@ -1,0 +1,209 @@
+"""torch_check and the expression guard, on the zoo and on documents broken on purpose."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import schema
+from app.bridge.checks import TorchCheck, torch_check
+from app.bridge.errors import BridgeFailure
+from app.bridge.exported import SerializedProgram, deserialize
+from app.bridge.expressions import unsafe_reason
+from schema import Issue
+from tests.programs import PROGRAM_NAMES, register_custom_ops
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def _edited(program: SerializedProgram, edit: Edit) -> schema.ExportedProgram:
+    data = program.doc.model_dump(mode="json")
+    edit(data)
+    return schema.ExportedProgram.model_validate(data, strict=False)
+
+
+def _nodes(data: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes: list[dict[str, Any]] = data["graph_module"]["graph"]["nodes"]
+    return nodes
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_zoo_is_clean(name: str, serialized: dict[str, SerializedProgram]) -> None:
+    register_custom_ops()
+    program = serialized[name]
+    assert torch_check(program.doc, program.tensors) == TorchCheck()
+
+
+def test_unknown_operator_and_bad_arguments(serialized: dict[str, SerializedProgram]) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        nodes = _nodes(data)
+        nodes[1]["target"] = "torch.ops.aten.nonexistent_op.default"
+        nodes[2]["inputs"][0]["name"] = "bogus"
+        nodes[2]["inputs"][5]["arg"] = {"as_string": "fast"}
+        nodes[2]["inputs"][1]["kind"] = schema.ArgumentKind.KEYWORD.value
+        nodes[0]["target"] = "torch.ops.aten.linear"
+
+    program = serialized["linear_bn_train"]
+    result = torch_check(_edited(program, edit), program.tensors)
+    at = "/graph_module/graph/nodes"
+    bn = "aten._native_batch_norm_legit_functional.default"
+    assert result == TorchCheck(
+        issues=[
+            Issue(
+                "op-unresolved",
+                f"{at}/0",
+                "'torch.ops.aten.linear' is not torch.ops.<namespace>.<op>.<overload>",
+            ),
+            Issue(
+                "op-unresolved",
+                f"{at}/1",
+                "'torch.ops.aten.nonexistent_op.default' does not exist in torch "
+                f"{__import__('torch').__version__}",
+            ),
+            Issue("op-bad-arguments", f"{at}/2/inputs/0", f"{bn} has no argument 'bogus'"),
+            Issue("op-bad-arguments", f"{at}/2/inputs/5", "'training' is bool, got as_string"),
+            Issue(
+                "op-bad-arguments",
+                f"{at}/2/inputs",
+                "positional arguments leave a gap in the schema's order",
+            ),
+            Issue("op-bad-arguments", f"{at}/2/inputs", "required argument 'input' is missing"),
+        ],
+        unchecked=[Issue("torch-verifier-failed", "", "not built: some operators do not resolve")],
+    )
+
+
+def test_keyword_only_argument_passed_by_position(serialized: dict[str, SerializedProgram]) -> None:
+    program = serialized["dynamic"]
+    add = next(i for i, n in enumerate(_nodes(program.doc.model_dump())) if "sum" in n["target"])
+
+    def edit(data: dict[str, Any]) -> None:
+        node = _nodes(data)[add]
+        node["target"] = "torch.ops.aten.sum.dim_IntList"
+        node["inputs"].append(
+            {"name": "dtype", "arg": {"as_scalar_type": 7}, "kind": schema.ArgumentKind.POSITIONAL}
+        )
+
+    result = torch_check(_edited(program, edit), program.tensors)
+    assert result.issues == [
+        Issue(
+            "op-bad-arguments",
+            f"/graph_module/graph/nodes/{add}/inputs/3",
+            "'dtype' is keyword-only but passed by position",
+        )
+    ]
+
+
+def test_unregistered_namespace_is_not_an_error(serialized: dict[str, SerializedProgram]) -> None:
+    program = serialized["custom_op"]
+    node = next(
+        i for i, n in enumerate(_nodes(program.doc.model_dump())) if "pt2zoo" in n["target"]
+    )
+
+    def edit(data: dict[str, Any]) -> None:
+        _nodes(data)[node]["target"] = "torch.ops.elsewhere.fused_gelu.default"
+
+    result = torch_check(_edited(program, edit), program.tensors)
+    reason = "namespace 'elsewhere' is not registered in this process"
+    path = f"/graph_module/graph/nodes/{node}"
+    assert result == TorchCheck(
+        issues=[],
+        namespaces_to_register=["elsewhere"],
+        unchecked=[
+            Issue("op-unresolved", path, reason),
+            Issue("op-bad-arguments", path, reason),
+            Issue(
+                "torch-verifier-failed", "", "not built: namespace(s) elsewhere are not registered"
+            ),
+        ],
+    )
+
+
+def test_verifier_failure_is_one_line(serialized: dict[str, SerializedProgram]) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        for spec in data["graph_module"]["signature"]["output_specs"]:
+            if "buffer_mutation" in spec:
+                spec["buffer_mutation"]["buffer_name"] = "bn.weight"
+                return
+
+    program = serialized["linear_bn_train"]
+    result = torch_check(_edited(program, edit), program.tensors)
+    assert [(i.code, i.path) for i in result.issues] == [("torch-verifier-failed", "")]
+    message = result.issues[0].message
+    assert message.startswith("Buffer output getitem_3 does not point to a buffer that exists.")
+    assert "\n" not in message
+    assert "Traceback" not in message
+    assert result.unchecked == []
+
+
+def test_weight_problems_are_findings(serialized: dict[str, SerializedProgram]) -> None:
+    program = serialized["conv"]
+    tensors = {k: v for k, v in program.tensors.items() if k != "fc.bias"}
+    result = torch_check(program.doc, tensors)
+    assert result.issues == [
+        Issue("weight-missing", "/fc.bias", "parameter 'fc.bias' (FLOAT[5]) has no tensor")
+    ]
+    assert [(i.code, i.path) for i in result.unchecked] == [("torch-verifier-failed", "")]
+    assert result.unchecked[0].message.startswith("not built: weights-mismatch:")
+
+
+def test_result_round_trips_through_dicts() -> None:
+    check = TorchCheck([Issue("a", "/b", "c")], ["ns"], [Issue("d", "", "e")])
+    assert TorchCheck.from_dict(check.to_dict()) == check
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "Symbol('s17', positive=True, integer=True)",
+        "Mul(Integer(2), Symbol('s77', positive=True, integer=True))",
+        "Float('1.5', precision=53)",
+        "StrictLessThan(Symbol('s0'), Integer(3))",
+        "2*s0 + FloorDiv(s1, 4) <= 64",
+        "Max(1, u0) - Rational(1, 2)",
+        "OpaqueUnaryFn_sqrt(zuf0)",
+        "int_oo",
+        " s0 ",
+    ],
+)
+def test_torch_expressions_are_allowed(expr: str) -> None:
+    assert unsafe_reason(expr) is None
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        ("__import__('os').system('id')", "name '__import__' is not a symbol or a known function"),
+        ("Symbol('s0').__class__", "unexpected character '.' at 12"),
+        ("Symbol('__class__')", "'__class__' contains a double underscore"),
+        ("Symbol('a b')", 'unexpected character "\'" at 7'),
+        ("open('x')", "name 'open' is not a symbol or a known function"),
+        ("(lambda: 1)()", "name 'lambda' is not a symbol or a known function"),
+        ("s0[0]", "unexpected character '[' at 2"),
+        ("eval0 ; s1", "unexpected character ';' at 6"),
+    ],
+)
+def test_other_expressions_are_refused(expr: str, reason: str) -> None:
+    assert unsafe_reason(expr) == reason
+
+
+def test_unsafe_expression_never_reaches_torch(serialized: dict[str, SerializedProgram]) -> None:
+    payload = "__import__('os').system('touch /tmp/pt2serde-pwned')"
+
+    def edit(data: dict[str, Any]) -> None:
+        sizes = data["graph_module"]["graph"]["tensor_values"]["x"]["sizes"]
+        sizes[0]["as_expr"]["expr_str"] = payload
+
+    program = serialized["dynamic"]
+    with pytest.raises(BridgeFailure) as caught:
+        deserialize(_edited(program, edit), program.tensors)
+    assert caught.value.code == "unsafe-expression"
+    assert caught.value.issues == [
+        Issue(
+            "unsafe-expression",
+            "/graph_module/graph/tensor_values/x/sizes/0/as_expr/expr_str",
+            "name '__import__' is not a symbol or a known function",
+        )
+    ]

@@ -1,0 +1,249 @@
+"""The torch worker pool: jobs, concurrency, recycling, crashes, timeouts and memory limits."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import torch
+
+import schema
+from app.bridge.checks import TorchCheck
+from app.bridge.errors import BridgeFailure
+from app.bridge.exported import SerializedProgram
+from app.bridge.pool import WorkerPool
+from app.bridge.tensors import pack_tensors
+from app.settings import Settings
+from schema import Issue
+from tests.bridge import pool_jobs
+from tests.programs import ZooProgram, outputs_close, register_custom_ops
+
+GiB = 1024**3
+MAX_JOBS = 4
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorkerPool]:
+    """Two workers that register the pt2zoo namespace at start, recycled every few jobs."""
+    settings = Settings(
+        workers=2,
+        job_timeout_s=60,
+        worker_memory_mb=0,
+        worker_max_jobs=MAX_JOBS,
+        worker_imports=("tests.bridge.zoo_ops",),
+    )
+    with WorkerPool(settings) as workers:
+        yield workers
+
+
+@pytest.fixture(scope="module")
+def bare_pool() -> Iterator[WorkerPool]:
+    """One worker with a short timeout and an address-space limit, and no extra imports."""
+    settings = Settings(workers=1, job_timeout_s=3, worker_memory_mb=1536, worker_max_jobs=50)
+    with WorkerPool(settings) as workers:
+        yield workers
+
+
+def _job_args(program: SerializedProgram) -> tuple[bytes, list[Any]]:
+    return schema.dump(program.doc), pack_tensors(program.tensors.values())
+
+
+def _failure(pool: WorkerPool, job: Any, *args: Any) -> BridgeFailure:
+    with pytest.raises(BridgeFailure) as caught:
+        pool.submit(job, *args)
+    return caught.value
+
+
+def _wait_busy(pool: WorkerPool) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        busy = pool.busy_pids()
+        if busy:
+            return busy[0]
+        time.sleep(0.01)
+    raise AssertionError("no worker became busy")
+
+
+def test_jobs_run_and_return(pool: WorkerPool) -> None:
+    pid, doubled = pool.submit(pool_jobs.double, 21)
+    assert doubled == 42
+    assert pid != os.getpid()
+    assert pool.submit("job_ping") in pool.worker_pids()
+    assert pool.submit("tests.bridge.pool_jobs:double", 2)[1] == 4
+
+
+def test_concurrent_submissions(pool: WorkerPool) -> None:
+    with ThreadPoolExecutor(6) as executor:
+        results = list(executor.map(lambda x: pool.submit(pool_jobs.double, x), range(6)))
+    assert [doubled for _, doubled in results] == [0, 2, 4, 6, 8, 10]
+    assert len({pid for pid, _ in results}) >= 2
+    assert len(pool.worker_pids()) == 2
+
+
+def test_workers_are_recycled(pool: WorkerPool) -> None:
+    pids = Counter(pool.submit("job_ping") for _ in range(3 * MAX_JOBS))
+    assert max(pids.values()) <= MAX_JOBS
+    assert len(pids) >= 3
+
+
+def test_failures_cross_back_with_code_class_and_issues(pool: WorkerPool) -> None:
+    failure = _failure(pool, pool_jobs.fail_with_issues)
+    assert type(failure) is pool_jobs.JobFailure
+    assert (failure.code, failure.message, failure.issues) == (
+        "job-refused",
+        "refused on purpose",
+        [Issue("bad", "/x", "bad x")],
+    )
+    plain = _failure(pool, pool_jobs.fail_plainly)
+    assert (plain.code, plain.message) == (
+        "worker-job-failed",
+        "ValueError: plain multi-line error",
+    )
+    unsent = _failure(pool, pool_jobs.unsendable_result)
+    assert unsent.code == "worker-job-failed"
+    assert "the result cannot be sent" in unsent.message
+    assert _failure(pool, pool_jobs.double, lambda: 1).code == "worker-bad-job"
+    assert _failure(pool, "no_such_job").code == "worker-job-failed"
+    assert pool.submit(pool_jobs.double, 1)[1] == 2
+
+
+@pytest.mark.parametrize("name", ["conv", "custom_op", "dtypes"])
+def test_deserialize_job_writes_an_archive_torch_loads(
+    name: str,
+    pool: WorkerPool,
+    zoo: dict[str, ZooProgram],
+    serialized: dict[str, SerializedProgram],
+) -> None:
+    register_custom_ops()
+    archive = pool.submit("job_deserialize_to_pt2", *_job_args(serialized[name]))
+    loaded = torch.export.load(io.BytesIO(archive))
+    program = zoo[name]
+    assert outputs_close(loaded.module()(*program.args, **program.kwargs), program.run())
+
+
+def test_deserialize_job_failures_keep_their_issues(
+    pool: WorkerPool, serialized: dict[str, SerializedProgram]
+) -> None:
+    doc, tensors = _job_args(serialized["conv"])
+    failure = _failure(pool, "job_deserialize_to_pt2", doc, tensors[1:])
+    assert failure.code == "weights-mismatch"
+    assert [i.code for i in failure.issues] == ["weight-missing"]
+    assert _failure(pool, "job_deserialize_to_pt2", b"{}", tensors).code == "document-invalid"
+
+
+def test_torch_check_job_where_the_namespace_is_registered(
+    pool: WorkerPool, serialized: dict[str, SerializedProgram]
+) -> None:
+    assert pool.submit(pool_jobs.registered, "pt2zoo") is True
+    result = pool.submit("job_torch_check", *_job_args(serialized["custom_op"]))
+    assert TorchCheck.from_dict(result) == TorchCheck()
+
+
+def test_torch_check_job_where_the_namespace_never_was(
+    bare_pool: WorkerPool, serialized: dict[str, SerializedProgram]
+) -> None:
+    assert bare_pool.submit(pool_jobs.registered, "pt2zoo") is False
+    result = TorchCheck.from_dict(
+        bare_pool.submit("job_torch_check", *_job_args(serialized["custom_op"]))
+    )
+    assert result.issues == []
+    assert result.namespaces_to_register == ["pt2zoo"]
+    assert [i.code for i in result.unchecked] == [
+        "op-unresolved",
+        "op-bad-arguments",
+        "torch-verifier-failed",
+    ]
+
+
+def test_killed_worker_fails_its_job_and_is_replaced(pool: WorkerPool) -> None:
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pool.submit(pool_jobs.sleep, 30)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    pid = _wait_busy(pool)
+    os.kill(pid, signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive()
+    [failure] = outcome
+    assert isinstance(failure, BridgeFailure)
+    assert failure.code == "worker-crashed"
+    assert failure.message == f"the worker (pid {pid}) was killed by SIGKILL during the job"
+    assert pid not in pool.worker_pids()
+    assert len(pool.worker_pids()) == 2
+    assert pool.submit(pool_jobs.double, 5)[1] == 10
+
+
+def test_segfault_is_a_crash(pool: WorkerPool) -> None:
+    failure = _failure(pool, pool_jobs.segfault)
+    assert failure.code == "worker-crashed"
+    assert "SIGSEGV" in failure.message
+    assert pool.submit(pool_jobs.double, 3)[1] == 6
+
+
+def test_timeout_kills_the_job(bare_pool: WorkerPool) -> None:
+    started = time.monotonic()
+    failure = _failure(bare_pool, pool_jobs.sleep, 60)
+    assert failure.code == "worker-timeout"
+    assert 3 <= time.monotonic() - started < 30
+    assert bare_pool.submit(pool_jobs.sleep, 0) in bare_pool.worker_pids()
+
+
+@pytest.mark.parametrize("job", [pool_jobs.allocate_bytes, pool_jobs.allocate_tensor])
+def test_memory_limit(bare_pool: WorkerPool, job: Any) -> None:
+    before = bare_pool.worker_pids()
+    failure = _failure(bare_pool, job, 3 * GiB)
+    assert failure.code == "worker-out-of-memory"
+    # The worker exits after a refused allocation; the next job runs in a fresh one.
+    assert bare_pool.worker_pids() != before
+    assert bare_pool.submit(job, 1024) == 1024
+
+
+def test_limit_below_the_footprint_fails_to_start() -> None:
+    with WorkerPool(Settings(workers=1, worker_memory_mb=64)) as tight:
+        failure = _failure(tight, "job_ping")
+    assert failure.code == "worker-start-failed"
+    assert "worker_memory_mb=64 is below the worker's footprint" in failure.message
+
+
+def test_close_stops_workers_and_refuses_jobs() -> None:
+    small = WorkerPool(Settings(workers=1, job_timeout_s=60))
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            small.submit(pool_jobs.sleep, 30)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    pid = _wait_busy(small)
+    small.close()
+    thread.join(30)
+    [failure] = outcome
+    assert isinstance(failure, BridgeFailure)
+    assert failure.code == "worker-pool-closed"
+    assert _failure(small, "job_ping").code == "worker-pool-closed"
+    assert small.worker_pids() == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    small.close()
+
+
+def test_a_pool_needs_a_worker() -> None:
+    with pytest.raises(ValueError, match="at least one worker"):
+        WorkerPool(Settings(workers=0))

@@ -1,0 +1,129 @@
+"""Which schema versions and torch releases read a document, from the features it uses."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import jsonschema
+import orjson
+import pytest
+
+import schema
+from schema.jsonschema import description_json_schema
+from tests.programs import PROGRAM_NAMES
+
+EIGHT_X = [v.version for v in schema.versions() if v.describable]
+
+
+def _releases(since: tuple[int, int]) -> list[str]:
+    return [r for v, rs in sorted(schema.RELEASES.items()) if v[0] == 8 and v >= since for r in rs]
+
+
+@cache
+def _strict_validator(version: tuple[int, int]) -> jsonschema.Draft202012Validator:
+    """The JSON Schema of `version` with unknown struct keys refused (as a reader of it would
+    not know them)."""
+    js = description_json_schema(schema.describe(version), "ExportedProgram")
+    for spec in js["$defs"].values():
+        if "required" in spec:
+            spec["additionalProperties"] = False
+    return jsonschema.Draft202012Validator(js)
+
+
+def _oldest_accepting(raw: bytes) -> tuple[int, int]:
+    """The oldest 8.x version whose strict JSON Schema accepts the document once every field
+    at its default is left out; every newer version must accept it too."""
+    doc = schema.load(raw, schema.ExportedProgram)
+    stripped = orjson.loads(doc.__pydantic_serializer__.to_json(doc, exclude_defaults=True))
+    accepted = [v for v in EIGHT_X if _strict_validator(v).is_valid(stripped)]
+    assert accepted == EIGHT_X[EIGHT_X.index(accepted[0]) :]
+    return accepted[0]
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_min_version_is_what_the_document_uses(name: str, zoo_json: dict[str, bytes]) -> None:
+    c = schema.compat(zoo_json[name])
+    expected = _oldest_accepting(zoo_json[name])
+    assert c.min_version == schema.format_version(expected)
+    newest = max(schema.parse_version(since) for _, since in c.features)
+    assert schema.format_version(newest) == c.min_version
+    assert c.readable_by == _releases(expected)
+    everyone = [r for _, rs in sorted(schema.RELEASES.items()) for r in rs]
+    assert [r for r, _ in c.not_readable_by] == [r for r in everyone if r not in c.readable_by]
+    assert c == schema.compat(schema.load(zoo_json[name]))
+
+
+def test_node_names_exclude_releases_before_2_11(zoo_json: dict[str, bytes]) -> None:
+    c = schema.compat(zoo_json["conv"])
+    assert c.min_version == "8.17"
+    assert ("Node.name", "8.17") in c.features
+    assert c.readable_by == ["2.11.0", "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"]
+    reasons = dict(c.not_readable_by)
+    assert reasons["2.10.0"] == (
+        "schema 8.15 lacks Node.name (since 8.17; an unknown field, ignored: its value is lost)"
+    )
+    assert reasons["2.5.0"] == (
+        "it writes schema 7.3 and refuses documents of another major (this one is 8.x)"
+    )
+    assert reasons["2.6.0"] == (
+        "schema 8.2 lacks ArgumentKind.POSITIONAL (since 8.7; an unknown enum value: reading "
+        "fails); NamedArgument.kind (since 8.7; an unknown field, ignored: its value is lost); "
+        "Node.name (since 8.17; an unknown field, ignored: its value is lost)"
+    )
+
+    tree = orjson.loads(zoo_json["conv"])
+    for node in tree["graph_module"]["graph"]["nodes"]:
+        node["name"] = None
+    unnamed = schema.compat(orjson.dumps(tree))
+    assert unnamed.min_version == "8.7"
+    assert "Node.name" not in dict(unnamed.features)
+    assert unnamed.readable_by == _releases((8, 7))
+
+
+def test_float_lists_exclude_releases_before_2_12(zoo_json: dict[str, bytes]) -> None:
+    tree = orjson.loads(zoo_json["conv"])
+    tree["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"] = {
+        "as_float_lists": [[1.0, 2.5], []]
+    }
+    c = schema.compat(orjson.dumps(tree))
+    assert c.min_version == "8.20"
+    assert c.features[-1] == ("Argument.as_float_lists", "8.20")
+    assert c.readable_by == list(schema.RELEASES[(8, 20)])
+    before = [r for v, rs in sorted(schema.RELEASES.items()) if v < (8, 20) for r in rs]
+    assert [r for r, _ in c.not_readable_by] == before
+    assert dict(c.not_readable_by)["2.11.0"] == (
+        "schema 8.17 lacks Argument.as_float_lists (since 8.20; an unknown union arm: "
+        "reading fails)"
+    )
+    assert _oldest_accepting(orjson.dumps(tree)) == (8, 20)
+
+
+def test_new_enum_values_count(zoo_json: dict[str, bytes]) -> None:
+    tree = orjson.loads(zoo_json["conv"])
+    for node in tree["graph_module"]["graph"]["nodes"]:
+        node["name"] = None
+    first = next(iter(tree["graph_module"]["graph"]["tensor_values"].values()))
+    first["dtype"] = schema.ScalarType.FLOAT8E4M3FNUZ.value
+    c = schema.compat(orjson.dumps(tree))
+    assert c.min_version == "8.14"
+    assert ("ScalarType.FLOAT8E4M3FNUZ", "8.14") in c.features
+    assert dict(c.not_readable_by)["2.8.0"] == (
+        "schema 8.8 lacks ScalarType.FLOAT8E4M3FNUZ (since 8.14; an unknown enum value: "
+        "reading fails)"
+    )
+    assert _oldest_accepting(orjson.dumps(tree)) == (8, 14)
+
+
+def test_fields_at_their_default_do_not_count(zoo_json: dict[str, bytes]) -> None:
+    tree: dict[str, Any] = orjson.loads(zoo_json["conv"])
+    tree["guards_code"] = []
+    tree["graph_module"]["treespec_namedtuple_fields"] = {}
+    assert "ExportedProgram.guards_code" not in dict(schema.compat(orjson.dumps(tree)).features)
+    tree["guards_code"] = ["x > 1"]
+    assert ("ExportedProgram.guards_code", "8.14") in schema.compat(orjson.dumps(tree)).features
+
+
+def test_compat_refuses_invalid_documents() -> None:
+    with pytest.raises(schema.DocumentInvalid):
+        schema.compat(b'{"schema_version": {"major": 8, "minor": 20}}')
