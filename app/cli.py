@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import orjson
 
 import schema
+from app import operations as ops
 from app.failure import Failure
 from app.settings import Settings
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+#: Inputs at least this large get progress lines on stderr (and any input with --progress).
+PROGRESS_BYTES = 64 * 1024 * 1024
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,6 +37,141 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n")
+
+
+class _Progress:
+    """Step lines on stderr with elapsed time, for large inputs or when asked."""
+
+    def __init__(self, args: argparse.Namespace, size: int) -> None:
+        self.on = bool(getattr(args, "progress", False)) or size >= PROGRESS_BYTES
+        self.start = time.monotonic()
+
+    def step(self, text: str) -> None:
+        if self.on:
+            sys.stderr.write(f"[{time.monotonic() - self.start:7.2f}s] {text}\n")
+            sys.stderr.flush()
+
+
+def _write_atomic(target: str, data: bytes) -> None:
+    """Write a file whole or not at all (temp file beside it, fsync, rename); '-' is stdout."""
+    if target == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _source(args: argparse.Namespace, settings: Settings) -> Iterator[ops.Source]:
+    path = Path(args.input)
+    progress = _Progress(args, path.stat().st_size)
+    progress.step(f"opening {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    with ops.open_source(path, ops.media_of(path), settings) as source:
+        args.progress_log = progress
+        yield source
+    progress.step("done")
+
+
+def _step(args: argparse.Namespace, text: str) -> None:
+    progress: _Progress | None = getattr(args, "progress_log", None)
+    if progress is not None:
+        progress.step(text)
+
+
+def _pool(settings: Settings) -> Any:
+    from app.bridge import WorkerPool
+
+    return WorkerPool(Settings(**{**settings.__dict__, "workers": 1}))
+
+
+def _serialize(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    with _source(args, settings) as source:
+        _step(args, "reading and screening documents, hashing weights")
+        result = ops.serialize(source, settings)
+        if args.weights:
+            _step(args, f"writing {args.weights}")
+            _write_atomic(args.weights, ops.weights_safetensors(source))
+    data = {
+        "documents": {n: orjson.Fragment(schema.dump(d)) for n, d in result.documents.items()},
+        "weights": [w.model_dump(mode="json") for w in result.weights],
+    }
+    if args.output:
+        _write_atomic(args.output, orjson.dumps(data))
+    total = sum(w.nbytes for w in result.weights)
+    lines = [
+        f"{name}: {len(doc.graph_module.graph.nodes)} nodes, schema "
+        f"{doc.schema_version.major}.{doc.schema_version.minor}, torch {doc.torch_version}"
+        for name, doc in result.documents.items()
+    ]
+    lines.append(f"weights: {len(result.weights)} tensors, {total / 1e6:.2f} MB")
+    _emit(args, {"weights": data["weights"], "models": sorted(result.documents)}, "\n".join(lines))
+    return EXIT_OK
+
+
+def _deserialize(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    weights = Path(args.weights).read_bytes() if args.weights else None
+    with _source(args, settings) as source, _pool(settings) as pool:
+        tensors = ops.weights_from(weights, source, args.model)
+        _step(args, f"building the program with torch ({len(tensors)} tensors)")
+        data = ops.deserialize(source, tensors, settings, pool, args.model)
+    _write_atomic(args.output, data)
+    _emit(
+        args,
+        {"output": args.output, "bytes": len(data)},
+        f"wrote {args.output} ({len(data)} bytes)",
+    )
+    return EXIT_OK
+
+
+def _canonicalize(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    with _source(args, settings) as source:
+        _step(args, "canonicalizing and hashing")
+        result = ops.canonical(source, settings, args.model)
+    if args.output:
+        _write_atomic(args.output, result.data)
+    digests = {
+        "graph": result.digests.graph,
+        "weights": result.digests.weights,
+        "program": result.digests.program,
+    }
+    human = "\n".join(f"{k:8} {v}" for k, v in digests.items())
+    if args.output != "-":
+        _emit(args, {"model": result.model, "digests": digests}, human)
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    with _source(args, settings) as source:
+        _step(args, f"validating at level {args.level}")
+        if args.level == "torch":
+            with _pool(settings) as pool:
+                report = ops.validate(source, args.level, settings, pool, args.model)
+        else:
+            report = ops.validate(source, args.level, settings, None, args.model)
+    lines = [
+        f"{'valid' if report.valid else 'INVALID'} at level {report.level}; "
+        f"schema >= {report.min_schema_version or '?'}, "
+        f"torch >= {report.oldest_torch_release or '?'}"
+    ]
+    lines += [f"  {f.severity:7} {f.code:28} {f.path or '/'}  {f.message}" for f in report.findings]
+    if report.namespaces_to_register:
+        lines.append(f"  register first: {', '.join(report.namespaces_to_register)}")
+    _emit(args, report.model_dump(mode="json"), "\n".join(lines))
+    return EXIT_OK if report.valid else EXIT_INVALID
 
 
 def _schema_versions(args: argparse.Namespace) -> int:
@@ -72,6 +215,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.set_defaults(run=_serve)
+
+    def operation(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:
+        cmd = sub.add_parser(name, help=help_)
+        cmd.add_argument("input", help="a .pt2 archive or a JSON document")
+        cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.add_argument("--progress", action="store_true", help="progress lines on stderr")
+        cmd.add_argument("--model", help="which model of a multi-model archive")
+        cmd.set_defaults(run=run)
+        return cmd
+
+    ser = operation("serialize", _serialize, "archive -> documents and weights manifest")
+    ser.add_argument("-o", "--output", help="write documents + manifest JSON here ('-': stdout)")
+    ser.add_argument("--weights", help="also write the weights as a safetensors file here")
+    de = operation("deserialize", _deserialize, "document + weights -> a loadable .pt2")
+    de.add_argument("--weights", help="safetensors weights (default: the archive's own)")
+    de.add_argument("-o", "--output", required=True, help="the .pt2 to write")
+    can = operation("canonicalize", _canonicalize, "canonical document bytes and digests")
+    can.add_argument("-o", "--output", help="write the canonical bytes here ('-': stdout)")
+    operation("hash", _canonicalize, "graph, weights and program digests").set_defaults(output=None)
+    val = operation("validate", _validate, "validation report (exit 1 if invalid)")
+    val.add_argument("--level", choices=["schema", "semantic", "torch"], default="torch")
 
     sch = sub.add_parser("schema", help="schema versions and descriptions")
     sch_sub = sch.add_subparsers(dest="schema_command", required=True, parser_class=_Parser)
