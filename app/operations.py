@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 import schema
 from app.archive import Archive, ManifestEntry, RawTensor, manifest, open_archive
 from app.bridge import from_safetensors, pack_tensors, to_safetensors
-from app.bridge.checks import TorchCheck
+from app.bridge.report import TorchCheck
 from app.failure import Failure
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest, tensor_digest, weights_digest

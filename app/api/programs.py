@@ -40,6 +40,24 @@ _TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
 _ZIP = "application/zip"
 
 
+def request_body(*fields: str, json: bool = True, zip_: bool = True) -> dict[str, Any]:
+    """OpenAPI requestBody of an upload: raw zip and/or JSON, or a form with these file fields."""
+    binary = {"type": "string", "format": "binary"}
+    content: dict[str, Any] = {}
+    if zip_:
+        content[_ZIP] = {"schema": binary}
+    if json:
+        content["application/json"] = {"schema": {"type": "object"}}
+    content["multipart/form-data"] = {
+        "schema": {
+            "type": "object",
+            "properties": {f: binary for f in fields},
+            "required": [fields[0]],
+        }
+    }
+    return {"requestBody": {"required": True, "content": content}}
+
+
 class SerializeResponse(BaseModel):
     """Every document of the archive (torch's wire JSON) and the weights manifest."""
 
@@ -62,6 +80,7 @@ def _archive_part(part: Part) -> Part:
 @router.post(
     "/serialize",
     response_class=Response,
+    openapi_extra=request_body("file", json=False),
     responses={
         200: {
             "model": SerializeResponse,
@@ -99,6 +118,7 @@ def serialize(
 @router.post(
     "/deserialize",
     response_class=Response,
+    openapi_extra=request_body("document", "weights", json=False, zip_=False),
     responses={
         200: {
             "content": {_ZIP: {"schema": {"type": "string", "format": "binary"}}},
@@ -128,6 +148,7 @@ def deserialize(
 @router.post(
     "/canonicalize",
     response_class=Response,
+    openapi_extra=request_body("file"),
     responses={
         200: {
             "content": {"application/json": {"schema": {"type": "object"}}},
@@ -157,6 +178,7 @@ def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = N
 @router.post(
     "/validate",
     response_model=Report,
+    openapi_extra=request_body("file"),
     responses=problem_responses(*_READ_PROBLEMS, *_TORCH_PROBLEMS),
 )
 def validate(

@@ -16,7 +16,7 @@ from app.bridge.safetensors_io import from_safetensors, to_safetensors
 from app.bridge.tensors import TensorRecord, pack_tensors, unpack_tensors
 
 if TYPE_CHECKING:
-    from app.bridge.checks import TorchCheck, torch_check
+    from app.bridge.checks import torch_check
     from app.bridge.exported import (
         SerializedProgram,
         deserialize,
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         save_pt2,
         serialize,
     )
+    from app.bridge.report import TorchCheck
 
 _LAZY: dict[str, str] = {
     "SerializedProgram": "app.bridge.exported",
@@ -33,7 +34,7 @@ _LAZY: dict[str, str] = {
     "save_pt2": "app.bridge.exported",
     "pt2_bytes": "app.bridge.exported",
     "load_pt2_trusted": "app.bridge.exported",
-    "TorchCheck": "app.bridge.checks",
+    "TorchCheck": "app.bridge.report",
     "torch_check": "app.bridge.checks",
 }
 

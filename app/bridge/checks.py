@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ import schema
 from app.archive.raw import RawTensor
 from app.bridge.errors import BridgeFailure
 from app.bridge.exported import deserialize
+from app.bridge.report import TorchCheck
 from schema import ArgumentAsGraph, ArgumentKind, Graph, Issue, Node
 from schema.errors import pointer
 
@@ -56,32 +57,6 @@ _LIST_ARMS: dict[str, frozenset[str]] = {
 }
 #: Modules torch's deserializer resolves dotted targets from (`_operator.getitem`, `math.sqrt`).
 _MODULES: dict[str, Any] = {"_operator": operator, "math": math, "torch": torch}
-
-
-@dataclass(frozen=True)
-class TorchCheck:
-    """What the installed torch says of a document: issues, namespaces it lacks, checks not run."""
-
-    issues: list[Issue] = field(default_factory=list)
-    namespaces_to_register: list[str] = field(default_factory=list)
-    unchecked: list[Issue] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (for a worker's reply or a response body)."""
-        return {
-            "issues": [_issue_dict(i) for i in self.issues],
-            "namespaces_to_register": list(self.namespaces_to_register),
-            "unchecked": [_issue_dict(i) for i in self.unchecked],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TorchCheck:
-        """The inverse of `to_dict`."""
-        return cls(
-            [Issue(**i) for i in data["issues"]],
-            list(data["namespaces_to_register"]),
-            [Issue(**i) for i in data["unchecked"]],
-        )
 
 
 @dataclass(frozen=True)
@@ -289,7 +264,3 @@ def _type_arms(kind: Any) -> frozenset[str] | None:
     if name == "Type":
         return _SCALAR_ARMS.get(kind.annotation_str)
     return _SCALAR_ARMS.get(name)
-
-
-def _issue_dict(issue: Issue) -> dict[str, str]:
-    return {"code": issue.code, "path": issue.path, "message": issue.message}

@@ -1,0 +1,95 @@
+"""What the registry answers with: models, versions, aliases, pages, cleanup reports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from app.registry.summary import Summary
+
+
+class VersionDigests(BaseModel):
+    """The digests of a version: program, graph and weights (canonical), archive (its bytes)."""
+
+    program: str
+    graph: str
+    weights: str
+    #: sha256 of the stored .pt2 (the blob `GET /v1/blobs/{digest}` serves)
+    archive: str
+
+
+class VersionInfo(BaseModel):
+    """One version of a model: immutable content plus its mutable tags and aliases."""
+
+    model: str
+    version: int
+    digests: VersionDigests
+    archive_size: int
+    #: the model's name inside the archive (``model`` for torch.export.save's default)
+    archive_model: str
+    #: the schema version the document declares
+    schema_version: str
+    #: the oldest schema version with every feature the document uses
+    min_schema_version: str
+    #: torch releases whose deserializer reads the document
+    readable_by: list[str]
+    summary: Summary
+    created_at: datetime
+    deleted_at: datetime | None = None
+    deleted_reason: str | None = None
+    tags: dict[str, str]
+    aliases: list[str]
+
+
+class ModelInfo(BaseModel):
+    """A model name and where its versions stand."""
+
+    name: str
+    created_at: datetime
+    #: the newest version not deleted
+    latest_version: int | None
+    #: versions not deleted
+    version_count: int
+    aliases: dict[str, int]
+
+
+class ModelPage(BaseModel):
+    """Models in name order; pass `next` as `after` for the following page."""
+
+    models: list[ModelInfo]
+    next: str | None
+
+
+class VersionPage(BaseModel):
+    """Versions in number order; pass `next` as `after` for the following page."""
+
+    versions: list[VersionInfo]
+    next: int | None
+
+
+class AliasInfo(BaseModel):
+    """An alias and the version it names."""
+
+    model: str
+    alias: str
+    version: int
+    updated_at: datetime
+
+
+class Pushed(BaseModel):
+    """A push's outcome: the version, and whether it was created or already there."""
+
+    version: VersionInfo
+    created: bool
+
+
+class CleanupReport(BaseModel):
+    """What a cleanup removed."""
+
+    #: blobs no live version refers to
+    blobs: list[str]
+    #: files under blobs/ that are not blobs
+    strays: list[str]
+    #: staging directories of processes that are gone
+    staging: list[str]

@@ -1,0 +1,90 @@
+"""A short summary of a program for version listings: its inputs, outputs and parameter count."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+import schema
+from app.programs.inspect_common import graph_weights, meta_numel_bytes
+
+
+class ValueSummary(BaseModel):
+    """One user input or output: its kind (the argument's wire key) and, for a tensor, its meta."""
+
+    name: str
+    kind: str
+    dtype: str | None = None
+    #: sizes, a symbolic size as its expression
+    shape: list[int | str] | None = None
+
+
+class Summary(BaseModel):
+    """What a program takes, returns and holds."""
+
+    inputs: list[ValueSummary]
+    outputs: list[ValueSummary]
+    #: elements of every parameter (None when a parameter's size is symbolic without a hint)
+    parameter_count: int | None
+    parameters: int
+    buffers: int
+    constants: int
+    nodes: int
+
+
+def _size(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int | str:
+    if isinstance(value, schema.SymIntAsInt):
+        return value.as_int
+    return value.as_expr.expr_str
+
+
+def _value(arg: object, metas: dict[str, schema.TensorMeta]) -> ValueSummary:
+    kind = str(getattr(arg, "kind", type(arg).__name__))
+    inner = getattr(arg, "value", None)
+    if isinstance(inner, schema.TensorArgument):
+        meta = metas.get(inner.name)
+        if meta is None:
+            return ValueSummary(name=inner.name, kind=kind)
+        return ValueSummary(
+            name=inner.name,
+            kind=kind,
+            dtype=meta.dtype.name,
+            shape=[_size(s) for s in meta.sizes],
+        )
+    return ValueSummary(name=_name(inner), kind=kind)
+
+
+def _name(inner: object) -> str:
+    """A symbolic value's or object's name; a constant has none."""
+    for attribute in ("name", "as_name"):
+        name = getattr(inner, attribute, None)
+        if isinstance(name, str):
+            return name
+    return ""
+
+
+def summarize(doc: schema.ExportedProgram) -> Summary:
+    """The program's user inputs and outputs in signature order, and its weights tallied."""
+    graph = doc.graph_module.graph
+    signature = doc.graph_module.signature
+    metas = dict(graph.tensor_values)
+    inputs = [
+        _value(spec.user_input.arg, metas)
+        for spec in signature.input_specs
+        if isinstance(spec, schema.InputSpecUserInput)
+    ]
+    outputs = [
+        _value(spec.user_output.arg, metas)
+        for spec in signature.output_specs
+        if isinstance(spec, schema.OutputSpecUserOutput)
+    ]
+    weights = graph_weights(doc)
+    counts = [meta_numel_bytes(w.meta) for w in weights if w.kind == "parameter"]
+    return Summary(
+        inputs=inputs,
+        outputs=outputs,
+        parameter_count=None if None in counts else sum(c[0] for c in counts if c is not None),
+        parameters=len(counts),
+        buffers=sum(w.kind == "buffer" for w in weights),
+        constants=sum(w.kind == "constant" for w in weights),
+        nodes=len(graph.nodes),
+    )
