@@ -162,7 +162,10 @@ class WorkerPool:
                 self._stop(item, graceful=False)
             raise BridgeFailure("worker-pool-closed", "the worker pool is closed")
         if isinstance(item, _Worker):
-            return item
+            if item.process.is_alive():
+                return item
+            # Died while idle (killed, OOM-reaped): no job was sent, so replace it silently.
+            self._stop(item, graceful=False)
         try:
             return self._start()
         except BridgeFailure:

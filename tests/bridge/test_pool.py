@@ -187,6 +187,17 @@ def test_killed_worker_fails_its_job_and_is_replaced(pool: WorkerPool) -> None:
     assert pool.submit(pool_jobs.double, 5)[1] == 10
 
 
+def test_workers_killed_while_idle_are_replaced_silently(pool: WorkerPool) -> None:
+    for _ in range(3):
+        assert pool.submit(pool_jobs.double, 1)[1] == 2
+    idle = pool.worker_pids()
+    for pid in idle:
+        os.kill(pid, signal.SIGKILL)
+    results = [pool.submit(pool_jobs.double, n)[1] for n in range(4)]
+    assert results == [0, 2, 4, 6]
+    assert set(pool.worker_pids()).isdisjoint(idle)
+
+
 def test_segfault_is_a_crash(pool: WorkerPool) -> None:
     failure = _failure(pool, pool_jobs.segfault)
     assert failure.code == "worker-crashed"
