@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -193,6 +194,9 @@ def test_workers_killed_while_idle_are_replaced_silently(pool: WorkerPool) -> No
     idle = pool.worker_pids()
     for pid in idle:
         os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in idle) and time.monotonic() < deadline:
+        time.sleep(0.01)
     results = [pool.submit(pool_jobs.double, n)[1] for n in range(4)]
     assert results == [0, 2, 4, 6]
     assert set(pool.worker_pids()).isdisjoint(idle)
