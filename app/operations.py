@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 
 import schema
 from app.archive import Archive, ManifestEntry, RawTensor, manifest, open_archive
+from app.archive.pickles import check_torch_save
 from app.bridge import from_safetensors, pack_tensors, to_safetensors
 from app.bridge.report import TorchCheck
 from app.failure import Failure
@@ -178,13 +179,31 @@ def serialize(source: Source, settings: Settings) -> Serialized:
 
 
 def refuse_pickles(source: Source, settings: Settings) -> None:
-    """Pickled payloads are refused unless the deployment carries them as opaque bytes."""
+    """Pickled payloads are refused unless the deployment carries them as opaque bytes; sample
+    inputs that would import more than tensors are refused always (they are never loaded)."""
     if source.pickled and not settings.allow_opaque_pickles:
         raise OperationFailure(
             "unsafe-pickle",
             f"the archive holds pickled members, which are never loaded: {source.pickled}",
             [schema.Issue("unsafe-pickle", "", m) for m in source.pickled],
         )
+    hostile = hostile_sample_inputs(source, settings)
+    if hostile:
+        raise OperationFailure("unsafe-pickle", "sample inputs that would run code", hostile)
+
+
+def hostile_sample_inputs(source: Source, settings: Settings) -> list[schema.Issue]:
+    """Sample inputs whose pickle imports more than a weights-only tensor loader allows."""
+    archive = source.archive
+    if archive is None:
+        return []
+    issues = []
+    for member in archive.sample_inputs.values():
+        data = archive.reader.read_member(member, settings.max_json_bytes)
+        bad = check_torch_save(data, settings)
+        if bad:
+            issues.append(schema.Issue("unsafe-pickle", "", f"{member} would import {bad}"))
+    return issues
 
 
 def weights_safetensors(source: Source, model: str | None = None) -> bytes:
@@ -270,6 +289,11 @@ def validate(
     report = validate_document(
         upgraded.document, level, settings, source.tensor_metas(name), pickled
     )
+    report.findings.extend(
+        Finding(code=i.code, severity="error", path=i.path, message=i.message)
+        for i in hostile_sample_inputs(source, settings)
+    )
+    report.valid = report.valid and not any(f.severity == "error" for f in report.findings)
     for step in upgraded.steps:
         report.findings.append(Finding(code="upgraded", severity="info", path="", message=step))
     if level != "torch" or not report.valid:

@@ -1,0 +1,210 @@
+"""Hostile archives built from real ones: each would run code, read files or load native code in
+a trusting loader. Every payload tries to create a marker file; none may ever appear."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.archive.zipcraft import rezip
+
+ROOT = "archive"
+DOCUMENT = f"{ROOT}/models/model.json"
+WEIGHTS_CONFIG = f"{ROOT}/data/weights/model_weights_config.json"
+CONSTANTS_CONFIG = f"{ROOT}/data/constants/model_constants_config.json"
+SAMPLE_INPUTS = f"{ROOT}/data/sample_inputs/model.pt"
+
+
+class _Payload:
+    """Unpickling this runs a shell command (we only ever dump it)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.system, (self.command,))
+
+
+def evil_pickle(marker: Path) -> bytes:
+    """A pickle whose loading would create `marker`."""
+    return pickle.dumps({"x": _Payload(f"touch {marker}")}, protocol=2)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """One hostile archive: what it carries and the code it must be refused with."""
+
+    name: str
+    code: str
+    build: Callable[[dict[str, bytes], Path], bytes]
+
+
+def _zip(archives: dict[str, bytes], base: str, **changes: Any) -> bytes:
+    return rezip(archives[base], **changes)
+
+
+def _document(archives: dict[str, bytes], base: str, mutate: Callable[[Any], None]) -> bytes:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(archives[base])) as zf:
+        doc = orjson.loads(zf.read(DOCUMENT))
+    mutate(doc)
+    return rezip(archives[base], replace={DOCUMENT: orjson.dumps(doc)})
+
+
+def _config(archives: dict[str, bytes], base: str, member: str) -> Any:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(archives[base])) as zf:
+        return orjson.loads(zf.read(member))
+
+
+def _sample_inputs(archives: dict[str, bytes], marker: Path) -> bytes:
+    return _zip(archives, "conv", replace={SAMPLE_INPUTS: evil_pickle(marker)})
+
+
+def _pickled_weight(archives: dict[str, bytes], marker: Path) -> bytes:
+    config = _config(archives, "conv", WEIGHTS_CONFIG)
+    first = next(iter(config["config"].values()))
+    first["use_pickle"] = True
+    member = f"{ROOT}/data/weights/{first['path_name']}"
+    return _zip(
+        archives,
+        "conv",
+        replace={WEIGHTS_CONFIG: orjson.dumps(config), member: evil_pickle(marker)},
+    )
+
+
+def _opaque_constant(archives: dict[str, bytes], marker: Path) -> bytes:
+    config = _config(archives, "constants", CONSTANTS_CONFIG)
+    config["config"]["payload"] = {
+        "path_name": "opaque_obj_0",
+        "is_param": False,
+        "use_pickle": True,
+        "tensor_meta": None,
+    }
+    return _zip(
+        archives,
+        "constants",
+        replace={CONSTANTS_CONFIG: orjson.dumps(config)},
+        add={f"{ROOT}/data/constants/opaque_obj_0": evil_pickle(marker)},
+    )
+
+
+def _expression(archives: dict[str, bytes], marker: Path) -> bytes:
+    def mutate(doc: Any) -> None:
+        meta = next(iter(doc["graph_module"]["graph"]["tensor_values"].values()))
+        meta["sizes"][0] = {
+            "as_expr": {"expr_str": f"__import__('os').system('touch {marker}')", "hint": None}
+        }
+
+    return _document(archives, "dynamic", mutate)
+
+
+def _guards(archives: dict[str, bytes], marker: Path) -> bytes:
+    def mutate(doc: Any) -> None:
+        doc["guards_code"] = [f"import os; os.system('touch {marker}')"]
+
+    return _document(archives, "dynamic", mutate)
+
+
+def _treespec(archives: dict[str, bytes], marker: Path) -> bytes:
+    enum_dict = {
+        "type": "builtins.dict",
+        "context": json.dumps([{"__enum__": True, "fqn": "os:system", "name": str(marker)}]),
+        "children_spec": [{"type": None, "context": None, "children_spec": []}],
+    }
+    spec = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [enum_dict]}]
+
+    def mutate(doc: Any) -> None:
+        doc["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] = json.dumps(spec)
+
+    return _document(archives, "conv", mutate)
+
+
+def _native(archives: dict[str, bytes], marker: Path) -> bytes:
+    return _zip(archives, "conv", add={f"{ROOT}/data/aotinductor/model.so": b"\x7fELF" + bytes(64)})
+
+
+def _from_file(archives: dict[str, bytes], marker: Path) -> bytes:
+    def mutate(doc: Any) -> None:
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        node["target"] = "torch.ops.aten.from_file.default"
+
+    return _document(archives, "conv", mutate)
+
+
+def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
+    def mutate(doc: Any) -> None:
+        doc["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
+
+    return _document(archives, "conv", mutate)
+
+
+def _dotdot(archives: dict[str, bytes], marker: Path) -> bytes:
+    return _zip(archives, "conv", add={f"{ROOT}/../evil.sh": f"touch {marker}".encode()})
+
+
+HOSTILE: list[Hostile] = [
+    Hostile("sample-inputs-pickle", "unsafe-pickle", _sample_inputs),
+    Hostile("use-pickle-weight", "unsafe-pickle", _pickled_weight),
+    Hostile("opaque-object", "unsafe-pickle", _opaque_constant),
+    Hostile("sympify-expression", "unsafe-expression", _expression),
+    Hostile("guards-code", "unsafe-guards-code", _guards),
+    Hostile("treespec-enum", "unsafe-treespec", _treespec),
+    Hostile("aotinductor-so", "archive-native-code", _native),
+    Hostile("aten-from-file", "unsafe-operator", _from_file),
+    Hostile("python-target", "unsafe-target", _python_target),
+    Hostile("dotdot-member", "archive-bad-name", _dotdot),
+]
+
+
+_AUDITED = (
+    "pickle.find_class",
+    "exec",
+    "compile",
+    "import",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "ctypes.dlopen",
+)
+_recording: list[tuple[str, str]] | None = None
+_owner: int | None = None
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if _recording is not None and threading.get_ident() == _owner and event.startswith(_AUDITED):
+        _recording.append((event, repr(args[:1])[:120]))
+
+
+_installed = False
+
+
+@contextmanager
+def audited() -> Iterator[list[tuple[str, str]]]:
+    """Record, on this thread, every code-running or importing audit event inside the block."""
+    global _installed, _recording, _owner
+    if not _installed:
+        sys.addaudithook(_hook)  # an audit hook cannot be removed: it stays, disarmed
+        _installed = True
+    events: list[tuple[str, str]] = []
+    _recording, _owner = events, threading.get_ident()
+    try:
+        yield events
+    finally:
+        _recording, _owner = None, None

@@ -1,0 +1,107 @@
+"""Hostile archives through the four operations: refused with their codes, nothing run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app import operations as ops
+from app.failure import Failure
+from app.settings import Settings
+from schema import SchemaError
+from tests.hostile import HOSTILE, Hostile, audited
+from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
+
+SETTINGS = Settings()
+
+
+class _NoTorch:
+    """A runner that fails the test if a hostile program ever reaches torch."""
+
+    def submit(self, job: str, *args: object) -> object:
+        raise AssertionError(f"a hostile program reached torch ({job})")
+
+
+def _serialize(data: bytes) -> object:
+    with ops.open_source(data, "zip", SETTINGS) as source:
+        return ops.serialize(source, SETTINGS)
+
+
+def _canonicalize(data: bytes) -> object:
+    with ops.open_source(data, "zip", SETTINGS) as source:
+        return ops.canonical(source, SETTINGS)
+
+
+def _validate(data: bytes) -> object:
+    with ops.open_source(data, "zip", SETTINGS) as source:
+        report = ops.validate(source, "torch", SETTINGS, _NoTorch())
+    assert not report.valid
+    # a refusal that is a finding reads as the failure the other operations raise
+    first = next(f for f in report.findings if f.severity == "error")
+    raise Failure(first.code, first.message)
+
+
+def _deserialize(data: bytes) -> object:
+    with ops.open_source(data, "zip", SETTINGS) as source:
+        weights = ops.weights_from(None, source, None)
+        return ops.deserialize(source, weights, SETTINGS, _NoTorch())
+
+
+OPERATIONS: dict[str, Callable[[bytes], object]] = {
+    "serialize": _serialize,
+    "canonicalize": _canonicalize,
+    "validate": _validate,
+    "deserialize": _deserialize,
+}
+
+
+@pytest.fixture(scope="module")
+def archives(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
+    return {name: archive_bytes(zoo[name].ep) for name in PROGRAM_NAMES}
+
+
+@pytest.fixture(scope="module")
+def warmed(archives: dict[str, bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Run every path once unaudited, so lazy imports are not counted against the payloads."""
+    marker = tmp_path_factory.mktemp("warm") / "marker"
+    for hostile in HOSTILE:
+        for run in OPERATIONS.values():
+            try:
+                run(hostile.build(archives, marker))
+            except (Failure, SchemaError):
+                pass
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("hostile", HOSTILE, ids=[h.name for h in HOSTILE])
+@pytest.mark.usefixtures("warmed")
+def test_refused_and_nothing_runs(
+    hostile: Hostile, operation: str, archives: dict[str, bytes], tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    data = hostile.build(archives, marker)
+    with audited() as events, pytest.raises(Failure) as info:
+        OPERATIONS[operation](data)
+    assert info.value.code == hostile.code, info.value.message
+    assert events == []
+    assert not marker.exists()
+
+
+def test_clean_archives_pass_every_operation(archives: dict[str, bytes]) -> None:
+    for name in ("conv", "dynamic", "constants"):
+        _serialize(archives[name])
+        _canonicalize(archives[name])
+        with ops.open_source(archives[name], "zip", SETTINGS) as source:
+            assert ops.validate(source, "semantic", SETTINGS, None).valid
+
+
+def test_the_audit_hook_sees_what_it_guards_against() -> None:
+    import collections
+    import pickle
+
+    with audited() as events:
+        pickle.loads(pickle.dumps(collections.OrderedDict(a=1)))
+        exec("x = 1", {})
+    assert [e for e, _ in events] == ["pickle.find_class", "compile", "exec"]
