@@ -17,6 +17,8 @@ from app.failure import Failure
 from schema import Issue, SchemaError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+#: app.api.docs adds the Problem schema to the OpenAPI components under this name.
+PROBLEM_SCHEMA_REF = "#/components/schemas/Problem"
 TYPE_BASE = "https://pt2serde.dev/problems/"
 
 
@@ -130,6 +132,27 @@ register(
     worker_bad_job="A torch job could not be sent to a worker (a bug)",
 )
 
+register(
+    404,
+    model_not_found="No model of that name",
+    version_not_found="The model has no version of that number",
+    alias_not_found="The model has no alias of that name",
+    tag_not_found="The version has no tag of that key",
+    blob_not_found="No live version refers to that blob",
+    version_deleted="The version was deleted",
+)
+register(
+    422,
+    invalid_name="A model name, alias, tag or reason is malformed",
+    invalid_program="The program is not valid at level torch",
+)
+register(
+    503,
+    registry_unavailable="The registry's database or blob store cannot be used",
+    server_unreachable="The registry server cannot be reached (client side)",
+    download_corrupt="Downloaded bytes do not match their digest (client side)",
+)
+
 
 class ProblemIssue(BaseModel):
     """One detail of a problem: a code, a JSON pointer and a message."""
@@ -183,7 +206,7 @@ def problem_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
             kind.status,
             {
                 "description": "",
-                "content": {PROBLEM_MEDIA_TYPE: {"schema": Problem.model_json_schema()}},
+                "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": PROBLEM_SCHEMA_REF}}},
             },
         )
         entry["description"] = "; ".join(

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 import schema
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep, UploadDep
+from app.api.docs import DOCUMENT_REF
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part
 from app.archive import ManifestEntry
@@ -40,14 +41,17 @@ _TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
 _ZIP = "application/zip"
 
 
-def request_body(*fields: str, json: bool = True, zip_: bool = True) -> dict[str, Any]:
-    """OpenAPI requestBody of an upload: raw zip and/or JSON, or a form with these file fields."""
+def request_body(
+    *fields: str, json: dict[str, Any] | None = DOCUMENT_REF, zip_: bool = True
+) -> dict[str, Any]:
+    """OpenAPI requestBody of an upload: raw zip and/or a JSON body of the given schema, or a
+    form with these file fields."""
     binary = {"type": "string", "format": "binary"}
     content: dict[str, Any] = {}
     if zip_:
         content[_ZIP] = {"schema": binary}
-    if json:
-        content["application/json"] = {"schema": {"type": "object"}}
+    if json is not None:
+        content["application/json"] = {"schema": json}
     content["multipart/form-data"] = {
         "schema": {
             "type": "object",
@@ -61,7 +65,7 @@ def request_body(*fields: str, json: bool = True, zip_: bool = True) -> dict[str
 class SerializeResponse(BaseModel):
     """Every document of the archive (torch's wire JSON) and the weights manifest."""
 
-    documents: dict[str, dict[str, Any]]
+    documents: dict[str, Any]
     weights: list[ManifestEntry]
 
 
@@ -80,7 +84,7 @@ def _archive_part(part: Part) -> Part:
 @router.post(
     "/serialize",
     response_class=Response,
-    openapi_extra=request_body("file", json=False),
+    openapi_extra=request_body("file", json=None),
     responses={
         200: {
             "model": SerializeResponse,
@@ -118,7 +122,7 @@ def serialize(
 @router.post(
     "/deserialize",
     response_class=Response,
-    openapi_extra=request_body("document", "weights", json=False, zip_=False),
+    openapi_extra=request_body("document", "weights", json=None, zip_=False),
     responses={
         200: {
             "content": {_ZIP: {"schema": {"type": "string", "format": "binary"}}},
@@ -151,7 +155,7 @@ def deserialize(
     openapi_extra=request_body("file"),
     responses={
         200: {
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "content": {"application/json": {"schema": DOCUMENT_REF}},
             "description": "The canonical document's bytes; digests in X-Graph-Digest, "
             "X-Weights-Digest, X-Program-Digest and the ETag",
         },
@@ -178,7 +182,8 @@ def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = N
 @router.post(
     "/validate",
     response_model=Report,
-    openapi_extra=request_body("file"),
+    # any JSON: reporting what is wrong with a document is this endpoint's job
+    openapi_extra=request_body("file", json={}),
     responses=problem_responses(*_READ_PROBLEMS, *_TORCH_PROBLEMS),
 )
 def validate(

@@ -1,0 +1,45 @@
+"""The OpenAPI document: FastAPI's, plus the wire schema and the Problem body as components."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+import schema
+from app.api.problems import PROBLEM_SCHEMA_REF, Problem
+
+COMPONENTS = "#/components/schemas/"
+DOCUMENT_REF = {"$ref": f"{COMPONENTS}ExportedProgram"}
+
+
+def extra_components() -> dict[str, Any]:
+    """The 8.20 document types and the problem body, referenced from route docs."""
+    wire = schema.json_schema(schema.CURRENT, refs=COMPONENTS)["$defs"]
+    problem = Problem.model_json_schema(ref_template=COMPONENTS + "{model}")
+    nested = problem.pop("$defs", {})
+    return {**wire, **nested, PROBLEM_SCHEMA_REF.removeprefix(COMPONENTS): problem}
+
+
+def install(app: FastAPI) -> None:
+    """Make `app.openapi()` include the extra components (computed once)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = get_openapi(
+                title=app.title,
+                version=app.version,
+                summary=app.summary,
+                routes=app.routes,
+            )
+            components = spec.setdefault("components", {}).setdefault("schemas", {})
+            extra = extra_components()
+            clash = sorted(set(components) & set(extra))
+            if clash:
+                raise RuntimeError(f"OpenAPI component names used twice: {clash}")
+            components.update(extra)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,537 @@
+"""Model registry endpoints: push, list, fetch, alias, tag and delete model versions.
+
+Include `router` in the app: its lifespan opens the registry (migrations, then cleanup of what an
+earlier crash left) when the app starts and closes it when the app stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, BinaryIO
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
+from python_multipart import MultipartParser
+from python_multipart.multipart import parse_options_header
+from starlette.requests import ClientDisconnect
+
+from app.api.deps import PoolDep, SettingsDep
+from app.api.problems import ServiceError, problem_responses
+from app.archive import open_archive
+from app.programs.diff import ProgramDiff, diff_sources
+from app.registry import (
+    AliasInfo,
+    ModelInfo,
+    ModelPage,
+    Registry,
+    Staged,
+    VersionInfo,
+    VersionPage,
+    check_model_name,
+    prepare,
+)
+from app.settings import Settings
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    registry = await run_in_threadpool(Registry, app.state.settings)
+    app.state.registry = registry
+    try:
+        yield
+    finally:
+        await run_in_threadpool(registry.close)
+
+
+router = APIRouter(prefix="/v1", tags=["registry"], lifespan=_lifespan)
+
+_ARCHIVE_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}
+_ZIP = "application/zip"
+_JSON = "application/json"
+_CHUNK = 1 << 16
+_FILE_PARTS = ("file", "archive")
+
+_NAME_PROBLEMS = ("invalid-name", "model-not-found", "registry-unavailable", "request-invalid")
+_REF_PROBLEMS = (*_NAME_PROBLEMS, "version-not-found", "alias-not-found")
+_CONTENT_PROBLEMS = (*_REF_PROBLEMS, "version-deleted")
+_PUSH_PROBLEMS = (
+    "invalid-name",
+    "invalid-program",
+    "registry-unavailable",
+    "bad-request",
+    "bad-multipart",
+    "missing-part",
+    "payload-too-large",
+    "unsupported-media-type",
+    "request-invalid",
+    "archive-corrupt",
+    "invalid-document",
+    "unsupported-schema-major",
+    "unsafe-pickle",
+    "ambiguous-model",
+    "unknown-model",
+    "worker-crashed",
+    "worker-timeout",
+    "worker-out-of-memory",
+)
+
+
+def registry_of(request: Request) -> Registry:
+    """The app's registry (opened by this router's lifespan)."""
+    registry: Registry = request.app.state.registry
+    return registry
+
+
+RegistryDep = Annotated[Registry, Depends(registry_of)]
+
+
+class _FilePart:
+    """python-multipart callbacks that write the one file part into a staged blob."""
+
+    def __init__(self, staged: Staged) -> None:
+        self.staged = staged
+        self.found = 0
+        self._writing = False
+        self._field = b""
+        self._value = b""
+        self._headers: dict[bytes, bytes] = {}
+
+    def on_part_begin(self) -> None:
+        self._headers = {}
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._field += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._value += data[start:end]
+
+    def on_header_end(self) -> None:
+        self._headers[self._field.lower()] = self._value
+        self._field, self._value = b"", b""
+
+    def on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        if name not in _FILE_PARTS or self.found:
+            raise ServiceError(
+                "bad-multipart", f"send one form field 'file' with the .pt2, not {name!r}"
+            )
+        self.found += 1
+        self._writing = True
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._writing:
+            self.staged.write(data[start:end])
+
+    def on_part_end(self) -> None:
+        self._writing = False
+
+    def callbacks(self) -> dict[str, Any]:
+        """The callbacks by python-multipart's names."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "on_part_begin",
+                "on_header_field",
+                "on_header_value",
+                "on_header_end",
+                "on_headers_finished",
+                "on_part_data",
+                "on_part_end",
+            )
+        }
+
+
+async def _receive(request: Request, staged: Staged, limit: int) -> None:
+    """Stream the body (a .pt2, raw or as the form field `file`) into `staged`, capped."""
+    declared, options = parse_options_header(request.headers.get("content-type", ""))
+    media = declared.decode().lower()
+    if media not in _ARCHIVE_TYPES and media != "multipart/form-data":
+        raise ServiceError(
+            "unsupported-media-type",
+            f"send a .pt2 as application/zip or multipart/form-data, not {media or 'nothing'!r}",
+        )
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ServiceError("payload-too-large", f"the body is over the limit of {limit} bytes")
+    parser: MultipartParser | None = None
+    form: _FilePart | None = None
+    if media == "multipart/form-data":
+        boundary = options.get(b"boundary")
+        if not boundary:
+            raise ServiceError("bad-multipart", "the multipart body has no boundary")
+        form = _FilePart(staged)
+        parser = MultipartParser(boundary, form.callbacks())  # type: ignore[arg-type]
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ServiceError(
+                    "payload-too-large", f"the body is over the limit of {limit} bytes"
+                )
+            if parser is None:
+                staged.write(chunk)
+            else:
+                parser.write(chunk)
+        if parser is not None:
+            parser.finalize()
+    except ClientDisconnect:
+        raise ServiceError("bad-request", "the client disconnected mid-upload") from None
+    except ServiceError:
+        raise
+    except Exception as exc:  # python-multipart raises several error types for bad bodies
+        raise ServiceError("bad-multipart", f"the multipart body cannot be read: {exc}") from None
+    if form is not None and not form.found:
+        raise ServiceError("missing-part", "expected a form field 'file' with the .pt2")
+    if staged.size == 0:
+        raise ServiceError("bad-request", "the request body is empty")
+    await run_in_threadpool(staged.finish)
+    if staged.head(2) != b"PK":
+        raise ServiceError("unsupported-media-type", "the body is not a .pt2 (zip) archive")
+
+
+async def staged_upload(
+    request: Request, name: str, registry: RegistryDep
+) -> AsyncIterator[Staged]:
+    """The uploaded .pt2 in the registry's staging area (fsynced), removed unless stored."""
+    check_model_name(name)
+    settings: Settings = request.app.state.settings
+    staged = registry.blobs.stage()
+    try:
+        await _receive(request, staged, settings.max_upload_bytes)
+        yield staged
+    finally:
+        staged.discard()
+
+
+StagedDep = Annotated[Staged, Depends(staged_upload)]
+
+
+# ---------------------------------------------------------------- responses with bytes
+
+
+def _etag_matches(header: str | None, etag: str) -> bool:
+    if header is None:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in header.split(",")]
+    return "*" in tags or etag in tags
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(start, end exclusive) of one satisfiable ``bytes=`` range; None to send everything.
+
+    Several ranges, other units, malformed and unsatisfiable ranges are ignored, which RFC 9110
+    allows (a server MAY ignore Range): the client gets the whole representation with 200.
+    """
+    if not header or size == 0:
+        return None
+    unit, _, spec = header.partition("=")
+    first, dash, last = spec.strip().partition("-")
+    if unit.strip().lower() != "bytes" or "," in spec or not dash:
+        return None
+    try:
+        if not first:
+            suffix = int(last)
+            return (max(0, size - suffix), size) if suffix > 0 else None
+        start = int(first)
+        end = int(last) + 1 if last else size
+    except ValueError:
+        return None
+    if start < 0 or start >= size or end <= start:
+        return None
+    return start, min(end, size)
+
+
+def _chunks(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    try:
+        handle.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = handle.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            yield chunk
+    finally:
+        handle.close()
+
+
+def _bytes_response(
+    request: Request, handle: BinaryIO, etag: str, media_type: str, headers: dict[str, str]
+) -> Response:
+    """The file with ETag, If-None-Match (304) and single-range (206) support."""
+    quoted = f'"{etag}"'
+    common = {**headers, "ETag": quoted, "Accept-Ranges": "bytes"}
+    if _etag_matches(request.headers.get("if-none-match"), quoted):
+        handle.close()
+        return Response(status_code=304, headers=common)
+    size = handle.seek(0, 2)
+    span = byte_range(request.headers.get("range"), size)
+    if_range = request.headers.get("if-range")
+    if span is None or (if_range is not None and if_range.strip() != quoted):
+        return StreamingResponse(
+            _chunks(handle, 0, size),
+            media_type=media_type,
+            headers={**common, "Content-Length": str(size)},
+        )
+    start, end = span
+    return StreamingResponse(
+        _chunks(handle, start, end),
+        status_code=206,
+        media_type=media_type,
+        headers={
+            **common,
+            "Content-Length": str(end - start),
+            "Content-Range": f"bytes {start}-{end - 1}/{size}",
+        },
+    )
+
+
+def _digest_headers(info: VersionInfo) -> dict[str, str]:
+    return {
+        "X-Program-Digest": info.digests.program,
+        "X-Graph-Digest": info.digests.graph,
+        "X-Weights-Digest": info.digests.weights,
+        "X-Archive-Digest": info.digests.archive,
+    }
+
+
+# ---------------------------------------------------------------- routes
+
+_BYTES = {"schema": {"type": "string", "format": "binary"}}
+
+
+@router.get(
+    "/models",
+    response_model=ModelPage,
+    responses=problem_responses("registry-unavailable", "request-invalid"),
+)
+def list_models(
+    registry: RegistryDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: str | None = None,
+) -> ModelPage:
+    """Models in name order, a page at a time (`after`: the previous page's `next`)."""
+    return registry.models(limit, after)
+
+
+@router.get(
+    "/models/{name}", response_model=ModelInfo, responses=problem_responses(*_NAME_PROBLEMS)
+)
+def get_model(name: str, registry: RegistryDep) -> ModelInfo:
+    """A model: its newest version, how many versions are live, its aliases."""
+    return registry.model(name)
+
+
+@router.post(
+    "/models/{name}/versions",
+    status_code=201,
+    response_model=VersionInfo,
+    responses={
+        200: {"model": VersionInfo, "description": "The program is already this live version"},
+        201: {"description": "A new version (Location: its URL)"},
+        **problem_responses(*_PUSH_PROBLEMS),
+    },
+)
+def push_version(
+    name: str,
+    staged: StagedDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    registry: RegistryDep,
+    response: Response,
+    model: str | None = None,
+) -> VersionInfo:
+    """Upload a .pt2 (validated at level torch; refused with the report's errors if invalid).
+
+    The same program (by program digest) pushed again answers its existing version with 200."""
+    candidate = prepare(staged.path, settings, pool, model)
+    pushed = registry.push(name, staged, candidate)
+    info = pushed.version
+    response.status_code = 201 if pushed.created else 200
+    response.headers["Location"] = f"/v1/models/{name}/versions/{info.version}"
+    return info
+
+
+@router.get(
+    "/models/{name}/versions",
+    response_model=VersionPage,
+    responses=problem_responses(*_NAME_PROBLEMS),
+)
+def list_versions(
+    name: str,
+    registry: RegistryDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    include_deleted: bool = False,
+) -> VersionPage:
+    """A model's versions in number order, a page at a time."""
+    return registry.versions(name, limit, after, include_deleted)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}",
+    response_model=VersionInfo,
+    responses=problem_responses(*_REF_PROBLEMS),
+)
+def get_version(name: str, ref: str, registry: RegistryDep) -> VersionInfo:
+    """A version's metadata (`ref`: a number, an alias or ``latest``), deleted ones included."""
+    return registry.version(name, ref)
+
+
+@router.delete(
+    "/models/{name}/versions/{ref}",
+    response_model=VersionInfo,
+    responses=problem_responses(*_CONTENT_PROBLEMS),
+)
+def delete_version(
+    name: str,
+    ref: str,
+    registry: RegistryDep,
+    reason: Annotated[str, Query(min_length=1, max_length=2000)],
+) -> VersionInfo:
+    """Soft-delete a version: it stays listed with the reason; its aliases are removed and its
+    blobs collected once no live version refers to them."""
+    return registry.delete_version(name, ref, reason)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/archive",
+    response_class=Response,
+    responses={
+        200: {"content": {_ZIP: _BYTES}, "description": "The .pt2 as pushed"},
+        206: {"description": "The requested byte range"},
+        304: {"description": "If-None-Match matched the ETag (the program digest)"},
+        **problem_responses(*_CONTENT_PROBLEMS),
+    },
+)
+def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
+    """The .pt2, streamed; ETag is the program digest; Range and If-None-Match are honoured."""
+    info, handle = registry.open_content(name, ref, "archive")
+    headers = {
+        **_digest_headers(info),
+        "Content-Disposition": f'attachment; filename="{info.model}-v{info.version}.pt2"',
+    }
+    return _bytes_response(request, handle, info.digests.program, _ZIP, headers)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/document",
+    response_class=Response,
+    responses={
+        200: {"content": {_JSON: {"schema": {"type": "object"}}}, "description": "torch's JSON"},
+        **problem_responses(*_CONTENT_PROBLEMS),
+    },
+)
+def get_document(name: str, ref: str, registry: RegistryDep, settings: SettingsDep) -> Response:
+    """The program's document as the archive holds it (torch's wire JSON)."""
+    info, handle = registry.open_content(name, ref, "archive")
+    with handle, open_archive(handle, settings) as archive:
+        data = archive.documents[info.archive_model]
+    return Response(data, media_type=_JSON, headers=_digest_headers(info))
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/canonical",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {_JSON: {"schema": {"type": "object"}}},
+            "description": "The canonical document (its sha256 is the graph digest, the ETag)",
+        },
+        304: {"description": "If-None-Match matched the ETag"},
+        **problem_responses(*_CONTENT_PROBLEMS),
+    },
+)
+def get_canonical(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
+    """The canonical document's bytes, with the digests as headers."""
+    info, handle = registry.open_content(name, ref, "canonical")
+    return _bytes_response(request, handle, info.digests.graph, _JSON, _digest_headers(info))
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/diff",
+    response_model=ProgramDiff,
+    responses=problem_responses(*_CONTENT_PROBLEMS),
+)
+def get_diff(
+    name: str, ref: str, against: str, registry: RegistryDep, settings: SettingsDep
+) -> ProgramDiff:
+    """What changed from version `against` (number, alias or ``latest``) to this one."""
+    with registry.source(name, against) as (was, old), registry.source(name, ref) as (now, new):
+        model = now.archive_model if was.archive_model == now.archive_model else None
+        return diff_sources(old, new, settings, model)
+
+
+class TagValue(BaseModel):
+    """A tag's value."""
+
+    value: str = Field(max_length=4096)
+
+
+@router.put(
+    "/models/{name}/versions/{ref}/tags/{key}",
+    response_model=VersionInfo,
+    responses=problem_responses(*_CONTENT_PROBLEMS),
+)
+def put_tag(name: str, ref: str, key: str, body: TagValue, registry: RegistryDep) -> VersionInfo:
+    """Set a free-form tag on a live version."""
+    return registry.set_tag(name, ref, key, body.value)
+
+
+@router.delete(
+    "/models/{name}/versions/{ref}/tags/{key}",
+    response_model=VersionInfo,
+    responses=problem_responses(*_CONTENT_PROBLEMS, "tag-not-found"),
+)
+def delete_tag(name: str, ref: str, key: str, registry: RegistryDep) -> VersionInfo:
+    """Remove a tag from a live version."""
+    return registry.delete_tag(name, ref, key)
+
+
+class AliasTarget(BaseModel):
+    """The version an alias names."""
+
+    version: int = Field(ge=1)
+
+
+@router.put(
+    "/models/{name}/aliases/{alias}",
+    response_model=AliasInfo,
+    responses=problem_responses(*_CONTENT_PROBLEMS),
+)
+def put_alias(name: str, alias: str, body: AliasTarget, registry: RegistryDep) -> AliasInfo:
+    """Point an alias (``champion``, ``staging``, ...) at a live version, or move it."""
+    return registry.set_alias(name, alias, body.version)
+
+
+@router.delete(
+    "/models/{name}/aliases/{alias}",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(*_REF_PROBLEMS),
+)
+def delete_alias(name: str, alias: str, registry: RegistryDep) -> Response:
+    """Remove an alias."""
+    registry.delete_alias(name, alias)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/blobs/{digest}",
+    response_class=Response,
+    responses={
+        200: {"content": {_ZIP: _BYTES, _JSON: {}}, "description": "A .pt2 or canonical document"},
+        206: {"description": "The requested byte range"},
+        304: {"description": "If-None-Match matched the ETag (the digest)"},
+        **problem_responses("blob-not-found", "registry-unavailable"),
+    },
+)
+def get_blob(digest: str, request: Request, registry: RegistryDep) -> Response:
+    """A stored blob by its sha256 (a .pt2 or a canonical document a live version refers to)."""
+    kind, handle = registry.open_blob(digest)
+    return _bytes_response(request, handle, digest, _ZIP if kind == "archive" else _JSON, {})
