@@ -55,7 +55,7 @@ def request_body(
     content["multipart/form-data"] = {
         "schema": {
             "type": "object",
-            "properties": {f: binary for f in fields},
+            "properties": dict.fromkeys(fields, binary),
             "required": [fields[0]],
         }
     }
