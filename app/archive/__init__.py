@@ -4,9 +4,10 @@ from app.archive.errors import CODES, ArchiveFailure
 from app.archive.manifest import ManifestEntry, manifest
 from app.archive.pt2 import Archive, TensorEntry, open_archive
 from app.archive.raw import RawTensor, TensorKind
-from app.archive.tensors import DTYPE_NAMES, ITEMSIZE, check_storage, dtype_name, storage_nbytes
+from app.archive.tensors import check_storage, dtype_name, storage_nbytes
 from app.archive.writer import write_archive
 from app.archive.zipread import RATIO_FLOOR, ZipMember, ZipReader, ZipSource
+from schema.dtypes import DTYPE_NAMES, ITEMSIZE
 
 __all__ = [
     "CODES",

@@ -19,11 +19,12 @@ from app.archive.raw import RawTensor
 from app.bridge.errors import BridgeFailure
 from app.bridge.exported import deserialize
 from app.bridge.report import TorchCheck
+from app.programs.screen import UnsafeProgram
 from schema import ArgumentAsGraph, ArgumentKind, Graph, Issue, Node
 from schema.errors import pointer
 
 #: Failures of our own pre-checks that are findings about the document and its tensors.
-_INPUT_FAILURES = frozenset({"weights-mismatch", "tensor-data-invalid", "unsafe-expression"})
+_INPUT_FAILURES = frozenset({"weights-mismatch", "tensor-data-invalid"})
 
 _NUMBERS = frozenset(
     {"as_int", "as_float", "as_bool", "as_sym_int", "as_sym_float", "as_sym_bool", "as_complex"}
@@ -115,6 +116,9 @@ def _build(
     # ExportedProgram's constructor runs validate() (every verifier) as its last step.
     try:
         deserialize(doc, tensors)
+    except UnsafeProgram as refused:
+        issues.extend(refused.issues)
+        unchecked.append(Issue("torch-verifier-failed", "", f"not built: {refused}"))
     except BridgeFailure as failure:
         if failure.code == "torch-deserialize-failed":
             issues.append(Issue("torch-verifier-failed", "", failure.message))

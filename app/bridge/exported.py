@@ -22,9 +22,10 @@ from torch.export import ExportedProgram
 import schema
 from app.archive.raw import RawTensor, TensorKind
 from app.bridge.errors import BridgeFailure, is_allocation_failure, one_line
-from app.bridge.expressions import check_expressions
 from app.bridge.tensors import View, by_name, checked_views, shape_of
 from app.bridge.torch_schema import to_torch
+from app.programs.screen import refuse_if_unsafe, screen
+from app.settings import Settings
 from schema import (
     Device,
     InputSpecBuffer,
@@ -41,6 +42,10 @@ from schema import (
 from schema.errors import pointer
 
 Route = Literal["fast", "torch"]
+
+
+#: The screen's settings here: archive pickles are the callers' concern, not the document's.
+_SCREEN = Settings()
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,8 @@ def deserialize(
     slots = signature_slots(doc)
     check_weights(doc, named, slots)
     views = checked_views(named.values())
-    check_expressions(doc)
+    # torch sympifies expressions, execs guards and imports treespec types: screen first.
+    refuse_if_unsafe(screen(doc, _SCREEN))
     state_dict: dict[str, torch.Tensor] = {}
     constants: dict[str, torch.Tensor] = {}
     try:

@@ -16,8 +16,9 @@ import orjson
 
 from app.archive.raw import RawTensor, TensorKind
 from app.bridge.errors import BridgeFailure
-from app.bridge.tensors import ITEMSIZE, KINDS, checked_views, contiguous_bytes, contiguous_meta
+from app.bridge.tensors import KINDS, checked_views, contiguous_bytes, contiguous_meta
 from schema import Device, Issue, Layout, ScalarType, SymIntAsInt, TensorMeta
+from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
 
 #: safetensors' dtype names; complex32 and complex128 have none.

@@ -11,33 +11,9 @@ import numpy as np
 import schema
 from app.archive.raw import RawTensor, TensorKind
 from app.bridge.errors import BridgeFailure
-from schema import Issue, Layout, ScalarType, SymIntAsExpr, SymIntAsInt, TensorMeta
+from schema import Issue, Layout, SymIntAsExpr, SymIntAsInt, TensorMeta
+from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
-
-#: Bytes per element of every dtype a storage can hold (UNKNOWN has none).
-ITEMSIZE: dict[ScalarType, int] = {
-    ScalarType.BYTE: 1,
-    ScalarType.CHAR: 1,
-    ScalarType.SHORT: 2,
-    ScalarType.INT: 4,
-    ScalarType.LONG: 8,
-    ScalarType.HALF: 2,
-    ScalarType.FLOAT: 4,
-    ScalarType.DOUBLE: 8,
-    ScalarType.COMPLEXHALF: 4,
-    ScalarType.COMPLEXFLOAT: 8,
-    ScalarType.COMPLEXDOUBLE: 16,
-    ScalarType.BOOL: 1,
-    ScalarType.BFLOAT16: 2,
-    ScalarType.UINT16: 2,
-    ScalarType.FLOAT8E4M3FN: 1,
-    ScalarType.FLOAT8E5M2: 1,
-    ScalarType.FLOAT8E4M3FNUZ: 1,
-    ScalarType.FLOAT8E5M2FNUZ: 1,
-    ScalarType.FLOAT8E8M0FNU: 1,
-    ScalarType.UINT32: 4,
-    ScalarType.UINT64: 8,
-}
 
 KINDS: frozenset[str] = frozenset(get_args(TensorKind))
 

@@ -33,7 +33,7 @@ Mode = Literal["expression", "guard"]
 #: Symbols as torch's ShapeEnv and inductor name them (s0, u3, zuf0, r0_1, ...).
 SYMBOL_NAME = re.compile(r"[a-z][a-z_]{0,15}[0-9][0-9_]{0,15}")
 
-_CONSTANTS = frozenset({"oo", "zoo", "nan", "true", "false", "True", "False"})
+_CONSTANTS = frozenset({"oo", "int_oo", "zoo", "nan", "true", "false", "True", "False"})
 _ASSUMPTIONS = frozenset(
     {
         "integer",

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from app.failure import Failure
 from schema import Issue
+from schema.dtypes import ITEMSIZE
 from schema.models import (
     Argument,
     ArgumentAsCustomObj,
@@ -52,30 +53,6 @@ from schema.models import (
 
 WeightKind = Literal["parameter", "buffer", "constant"]
 
-#: Bytes per element of every scalar type; UNKNOWN has no size.
-ITEMSIZE: dict[ScalarType, int] = {
-    ScalarType.BYTE: 1,
-    ScalarType.CHAR: 1,
-    ScalarType.SHORT: 2,
-    ScalarType.INT: 4,
-    ScalarType.LONG: 8,
-    ScalarType.HALF: 2,
-    ScalarType.FLOAT: 4,
-    ScalarType.DOUBLE: 8,
-    ScalarType.COMPLEXHALF: 4,
-    ScalarType.COMPLEXFLOAT: 8,
-    ScalarType.COMPLEXDOUBLE: 16,
-    ScalarType.BOOL: 1,
-    ScalarType.BFLOAT16: 2,
-    ScalarType.UINT16: 2,
-    ScalarType.FLOAT8E4M3FN: 1,
-    ScalarType.FLOAT8E5M2: 1,
-    ScalarType.FLOAT8E4M3FNUZ: 1,
-    ScalarType.FLOAT8E5M2FNUZ: 1,
-    ScalarType.FLOAT8E8M0FNU: 1,
-    ScalarType.UINT32: 4,
-    ScalarType.UINT64: 8,
-}
 
 NODES_POINTER = "/graph_module/graph/nodes"
 

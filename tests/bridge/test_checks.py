@@ -9,9 +9,8 @@ import pytest
 
 import schema
 from app.bridge.checks import TorchCheck, torch_check
-from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram, deserialize
-from app.bridge.expressions import unsafe_reason
+from app.programs.screen import UnsafeProgram
 from schema import Issue
 from tests.programs import PROGRAM_NAMES, register_custom_ops
 
@@ -154,41 +153,6 @@ def test_result_round_trips_through_dicts() -> None:
     assert TorchCheck.from_dict(check.to_dict()) == check
 
 
-@pytest.mark.parametrize(
-    "expr",
-    [
-        "Symbol('s17', positive=True, integer=True)",
-        "Mul(Integer(2), Symbol('s77', positive=True, integer=True))",
-        "Float('1.5', precision=53)",
-        "StrictLessThan(Symbol('s0'), Integer(3))",
-        "2*s0 + FloorDiv(s1, 4) <= 64",
-        "Max(1, u0) - Rational(1, 2)",
-        "OpaqueUnaryFn_sqrt(zuf0)",
-        "int_oo",
-        " s0 ",
-    ],
-)
-def test_torch_expressions_are_allowed(expr: str) -> None:
-    assert unsafe_reason(expr) is None
-
-
-@pytest.mark.parametrize(
-    ("expr", "reason"),
-    [
-        ("__import__('os').system('id')", "name '__import__' is not a symbol or a known function"),
-        ("Symbol('s0').__class__", "unexpected character '.' at 12"),
-        ("Symbol('__class__')", "'__class__' contains a double underscore"),
-        ("Symbol('a b')", 'unexpected character "\'" at 7'),
-        ("open('x')", "name 'open' is not a symbol or a known function"),
-        ("(lambda: 1)()", "name 'lambda' is not a symbol or a known function"),
-        ("s0[0]", "unexpected character '[' at 2"),
-        ("eval0 ; s1", "unexpected character ';' at 6"),
-    ],
-)
-def test_other_expressions_are_refused(expr: str, reason: str) -> None:
-    assert unsafe_reason(expr) == reason
-
-
 def test_unsafe_expression_never_reaches_torch(serialized: dict[str, SerializedProgram]) -> None:
     payload = "__import__('os').system('touch /tmp/pt2serde-pwned')"
 
@@ -197,13 +161,9 @@ def test_unsafe_expression_never_reaches_torch(serialized: dict[str, SerializedP
         sizes[0]["as_expr"]["expr_str"] = payload
 
     program = serialized["dynamic"]
-    with pytest.raises(BridgeFailure) as caught:
+    with pytest.raises(UnsafeProgram) as caught:
         deserialize(_edited(program, edit), program.tensors)
     assert caught.value.code == "unsafe-expression"
-    assert caught.value.issues == [
-        Issue(
-            "unsafe-expression",
-            "/graph_module/graph/tensor_values/x/sizes/0/as_expr/expr_str",
-            "name '__import__' is not a symbol or a known function",
-        )
+    assert [(i.code, i.path) for i in caught.value.issues] == [
+        ("unsafe-expression", "/graph_module/graph/tensor_values/x/sizes/0/as_expr/expr_str")
     ]

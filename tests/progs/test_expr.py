@@ -12,6 +12,7 @@ import pytest
 import sympy
 import torch
 import torch.utils._sympy.functions as torch_sympy
+import torch.utils._sympy.numbers as torch_numbers
 from torch.export import Dim
 
 from app.programs.expr import (
@@ -74,6 +75,7 @@ TORCH_SREPR: list[tuple[str, set[str]]] = [
 #: the str form (sympy's printer) older torch releases wrote, and range constraint keys use
 SYMPY_STR: list[tuple[str, set[str]]] = [
     ("s0", {"s0"}),
+    ("Min(int_oo, s0)", {"s0"}),
     ("s77 + 1", {"s77"}),
     ("2*s0", {"s0"}),
     ("s0*s1 - 7", {"s0", "s1"}),
@@ -285,4 +287,5 @@ def _expr_strs(value: Any) -> Iterator[str]:
 
 def _sympify(text: str) -> Any:
     names = [n for n in dir(torch_sympy) if n[:1].isupper()]
-    return sympy.sympify(text, locals={n: getattr(torch_sympy, n) for n in names})
+    local = {n: getattr(torch_sympy, n) for n in names}
+    return sympy.sympify(text, locals={**local, "int_oo": torch_numbers.int_oo})
