@@ -128,7 +128,6 @@ REFUSED: list[tuple[str, str]] = [
     ("s0\n+ 1", "unexpected character '\\n'"),
     ("f'{s0}'", "the name 'f' is not a symbol"),
     ("os", "the name 'os' is not a symbol"),
-    ("int_oo", "the name 'int_oo' is not a symbol"),
     ("Integer(2)(3)", "unexpected '('"),
     ("Symbol(*'s0')", "unexpected '*'"),
     ("Symbol('x')", "Symbol takes one quoted symbol name"),
