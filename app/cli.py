@@ -18,6 +18,7 @@ import schema
 from app import operations as ops
 from app.failure import Failure
 from app.settings import Settings
+from schema.diff import DescriptionLike
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 #: Inputs at least this large get progress lines on stderr (and any input with --progress).
@@ -193,6 +194,62 @@ def _schema_describe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _description(text: str) -> DescriptionLike:
+    """A version number, or the path of a schema.yaml (YAML or JSON)."""
+    path = Path(text)
+    if path.is_file():
+        return schema.load_description(path.read_bytes())
+    return text
+
+
+def _schema_diff(args: argparse.Namespace) -> int:
+    old, new = _description(args.old), _description(args.new)
+    result = schema.diff(old, new)
+    verdict = schema.compatibility(old, new, args.mode) if args.mode else None
+    if args.json:
+        data: dict[str, Any] = {
+            "old_version": result.old_version,
+            "new_version": result.new_version,
+            "required_bump": result.required_bump,
+            "changes": [{**c.__dict__, "message": c.message} for c in result.changes],
+        }
+        if verdict is not None:
+            data["verdict"] = {
+                "ok": verdict.ok,
+                "mode": str(verdict.mode),
+                "violations": [c.message for c in verdict.violations],
+                "numbers_follow_rules": verdict.numbers_follow_rules,
+                "message": verdict.message,
+            }
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write(schema.changelog(result))
+        if verdict is not None:
+            status = "holds" if verdict.ok else "FAILS"
+            sys.stdout.write(f"\n{verdict.mode} {status}")
+            sys.stdout.write(
+                f": {len(verdict.violations)} violation(s)\n" if not verdict.ok else "\n"
+            )
+            for c in verdict.violations:
+                sys.stdout.write(f"- {c.message}\n")
+            if not verdict.numbers_follow_rules:
+                sys.stdout.write(f"version numbers: {verdict.message}\n")
+    return EXIT_OK if verdict is None or verdict.ok else EXIT_INVALID
+
+
+def _schema_compat(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    with _source(args, settings) as source:
+        result = ops.compat(source, settings, args.model)
+    lines = [
+        f"needs schema >= {result.min_version}",
+        f"readable by torch {', '.join(result.readable_by)}",
+    ]
+    lines += [f"not by torch {release}: {why}" for release, why in result.not_readable_by]
+    _emit(args, result.__dict__, "\n".join(lines))
+    return EXIT_OK
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -246,6 +303,25 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("version")
     describe.add_argument("--json-schema", action="store_true", help="print the JSON Schema")
     describe.set_defaults(run=_schema_describe)
+    sdiff = sch_sub.add_parser(
+        "diff", help="changes between two versions or schema.yaml files (exit 1 if MODE fails)"
+    )
+    sdiff.add_argument("old", help="a version (8.7) or a schema.yaml path")
+    sdiff.add_argument("new", help="a version (8.20) or a schema.yaml path")
+    sdiff.add_argument(
+        "--mode",
+        type=str.upper,
+        choices=[m.value for m in schema.Mode],
+        help="check this compatibility mode",
+    )
+    sdiff.add_argument("--json", action="store_true", help="JSON instead of a markdown changelog")
+    sdiff.set_defaults(run=_schema_diff)
+    scompat = sch_sub.add_parser("compat", help="torch releases that can read a program")
+    scompat.add_argument("input", help="a .pt2 archive or a JSON document")
+    scompat.add_argument("--json", action="store_true")
+    scompat.add_argument("--model")
+    scompat.add_argument("--progress", action="store_true")
+    scompat.set_defaults(run=_schema_compat)
     return parser
 
 

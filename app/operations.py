@@ -338,6 +338,16 @@ def merge_torch_check(report: Report, check: TorchCheck) -> Report:
     )
 
 
+# ---------------------------------------------------------------- compat
+
+
+def compat(source: Source, settings: Settings, model: str | None = None) -> schema.Compat:
+    """Which schema versions and torch releases can read the model's document, as written."""
+    raw = source.documents[source.model(model)]
+    _refuse_unreadable(raw, settings)
+    return schema.compat(raw)
+
+
 # ---------------------------------------------------------------- deserialize
 
 

@@ -6,7 +6,16 @@ Pure Pydantic v2; imports neither torch nor fastapi.
 from schema._base import Arm, OneOf, Struct, Version, Wire
 from schema.compat import Compat, Mode, UnknownMode, Verdict, compat, compatibility
 from schema.description import describe, parse_type
-from schema.diff import RULES, Change, Rule, SchemaDiff, describe_with_ids, diff, load_description
+from schema.diff import (
+    RULES,
+    Change,
+    Rule,
+    SchemaDiff,
+    changelog,
+    describe_with_ids,
+    diff,
+    load_description,
+)
 from schema.errors import (
     DescriptionInvalid,
     DocumentInvalid,
@@ -34,6 +43,7 @@ __all__ = [
     "UnknownVersion",
     "Version",
     "Wire",
+    "changelog",
     "describe",
     "dump",
     "format_version",

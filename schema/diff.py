@@ -485,3 +485,28 @@ def _diff_order(name: str, old: dict[str, Any], new: dict[str, Any]) -> list[Cha
     before = [f for f in old if f in new]
     after = [f for f in new if f in old]
     return [] if before == after else [change("field-order-changed", name, before, after)]
+
+
+def changelog(result: SchemaDiff) -> str:
+    """A markdown changelog of a diff: one table row per change, breaking ones flagged."""
+    lines = [
+        f"## Schema {result.old_version} -> {result.new_version}",
+        "",
+        f"{len(result.changes)} changes; required bump: **{result.required_bump}**; "
+        f"{len(result.breaking_forward)} break old readers, "
+        f"{len(result.breaking_backward)} break new readers.",
+        "",
+        "| rule | path | old | new | breaks old readers | breaks new readers | bump |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in result.changes:
+        lines.append(
+            f"| {c.rule} | `{c.path}` | {_cell(c.old)} | {_cell(c.new)} | "
+            f"{'yes' if c.breaks_forward else ''} | {'yes' if c.breaks_backward else ''} | "
+            f"{c.bump} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return _show(value).replace("|", "\\|")

@@ -197,3 +197,31 @@ def validate(
     part = upload.one("file", "document")
     with ops.open_source(part.path, _source_media(part), settings) as source:
         return ops.validate(source, level, settings, pool, model)
+
+
+class CompatOut(BaseModel):
+    """Which schema versions and torch releases can read a document, from what it uses."""
+
+    min_version: str
+    features: list[tuple[str, str]]
+    readable_by: list[str]
+    not_readable_by: list[tuple[str, str]]
+
+
+@router.post(
+    "/compat",
+    response_model=CompatOut,
+    openapi_extra=request_body("file"),
+    responses=problem_responses(*_READ_PROBLEMS),
+)
+def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> CompatOut:
+    """An archive or a document -> the torch releases whose schema can read it, and why not."""
+    part = upload.one("file", "document")
+    with ops.open_source(part.path, _source_media(part), settings) as source:
+        result = ops.compat(source, settings, model)
+    return CompatOut(
+        min_version=result.min_version,
+        features=result.features,
+        readable_by=result.readable_by,
+        not_readable_by=result.not_readable_by,
+    )

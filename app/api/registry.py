@@ -48,7 +48,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 router = APIRouter(prefix="/v1", tags=["registry"], lifespan=_lifespan)
 
-_ARCHIVE_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream"}
+#: "" and octet-stream say nothing: the first bytes must then be a zip's.
+_ARCHIVE_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream", ""}
 _ZIP = "application/zip"
 _JSON = "application/json"
 _CHUNK = 1 << 16
@@ -152,7 +153,7 @@ async def _receive(request: Request, staged: Staged, limit: int) -> None:
     if media not in _ARCHIVE_TYPES and media != "multipart/form-data":
         raise ServiceError(
             "unsupported-media-type",
-            f"send a .pt2 as application/zip or multipart/form-data, not {media or 'nothing'!r}",
+            f"send a .pt2 as application/zip or multipart/form-data, not {media!r}",
         )
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:

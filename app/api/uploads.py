@@ -27,6 +27,7 @@ _ZIP_TYPES = {"application/zip", "application/x-zip-compressed"}
 #: declared types that say nothing about the content: the first bytes decide.
 _OPAQUE_TYPES = {"", "application/octet-stream"}
 _JSON_TYPES = {"application/json"}
+_YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
 _CHUNK = 1 << 20
 
 
@@ -74,6 +75,8 @@ def sniff(head: bytes) -> Media | None:
         return "json"
     if len(head) >= 9 and head[8:9] == b"{":
         return "safetensors"
+    if stripped[:1].isalpha() or stripped.startswith(b"#"):
+        return "yaml"
     return None
 
 
@@ -102,6 +105,8 @@ def _media(declared: str, path: Path) -> Media:
         return "json"
     if declared in _ZIP_TYPES:
         return "zip"
+    if declared in _YAML_TYPES:
+        return "yaml"
     with path.open("rb") as f:
         sniffed = sniff(f.read(16))
     if sniffed is None:
