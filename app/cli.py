@@ -17,6 +17,7 @@ import orjson
 import schema
 from app import operations as ops
 from app.failure import Failure
+from app.programs.diff import render_text
 from app.settings import Settings
 from schema.diff import DescriptionLike
 
@@ -175,6 +176,85 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK if report.valid else EXIT_INVALID
 
 
+def _diff(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    old, new = Path(args.input), Path(args.new)
+    with (
+        ops.open_source(old, ops.media_of(old), settings) as was,
+        ops.open_source(new, ops.media_of(new), settings) as now,
+    ):
+        result = ops.program_diff(was, now, settings, args.model)
+    _emit(args, result.model_dump(mode="json"), render_text(result))
+    breaking = result.summary.verdict == "breaking"
+    return EXIT_INVALID if args.fail_on_breaking and breaking else EXIT_OK
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    request = ops.InspectRequest(
+        args.view,
+        args.depth,
+        args.stages,
+        args.by,
+        tuple(args.supported or ()),
+        args.allow_single_node,
+    )
+    with _source(args, settings) as source:
+        result = ops.inspect(source, settings, request, args.model)
+    data = result.model_dump(mode="json")
+    _emit(args, {"view": args.view, **data}, _render_view(args.view, data))
+    return EXIT_OK
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.2f} MB"
+
+
+def _render_view(view: str, data: dict[str, Any]) -> str:
+    """A person's reading of an inspection view (the JSON has everything)."""
+    lines: list[str] = []
+    if view == "modules":
+        for m in data["modules"]:
+            params = m["parameters"]
+            lines.append(
+                f"{'  ' * m['depth']}{m['path'] or '<root>'}  {m['type'] or ''}  "
+                f"calls={m['calls']} nodes={m['nodes']}/{m['total_nodes']} "
+                f"params={params['numel']} ({_mb(params['nbytes'])})"
+            )
+    elif view == "module-graph":
+        lines.append(
+            f"depth {data['depth']}: {len(data['vertices'])} vertices, chain={data['is_chain']}"
+        )
+        lines += [
+            f"  {e['source']} -> {e['target']}  ({len(e['values'])} values)" for e in data["edges"]
+        ]
+    elif view == "stages":
+        for st in data["stages"]:
+            lines.append(
+                f"stage {st['index']}: {', '.join(m or '<root ops>' for m in st['modules'])}  "
+                f"nodes={st['nodes']} "
+                f"params={_mb(st['param_bytes'])}"
+            )
+    elif view == "partitions":
+        lines.append(f"{len(data['partitions'])} partitions for {', '.join(data['supported'])}")
+        for i, part in enumerate(data["partitions"]):
+            lines.append(f"  #{i}: {len(part['nodes'])} nodes: {', '.join(part['nodes'][:8])}")
+    elif view == "operators":
+        total = data["total"]
+        lines.append(f"{total['nodes']} nodes")
+        ranked = sorted(total["by_target"].items(), key=lambda kv: -kv[1])
+        lines += [f"  {count:6}  {target}" for target, count in ranked]
+        if data["custom_namespaces"]:
+            lines.append(f"register first: {', '.join(data['custom_namespaces'])}")
+    else:
+        lines.append(f"{data['total']['count']} tensors, {_mb(data['total']['nbytes'])}")
+        for label in ("by_kind", "by_dtype"):
+            for key, tally in data[label].items():
+                lines.append(f"  {key:12} {tally['count']:5}  {_mb(tally['nbytes'])}")
+        lines += [f"  quantized {q}" for q in data["quantized"]]
+    return "\n".join(lines)
+
+
 def _schema_versions(args: argparse.Namespace) -> int:
     rows = schema.versions()
     data = [
@@ -293,6 +373,23 @@ def build_parser() -> argparse.ArgumentParser:
     operation("hash", _canonicalize, "graph, weights and program digests").set_defaults(output=None)
     val = operation("validate", _validate, "validation report (exit 1 if invalid)")
     val.add_argument("--level", choices=["schema", "semantic", "torch"], default="torch")
+
+    dif = operation("diff", _diff, "what changed between two programs")
+    dif.add_argument("new", help="the newer .pt2 archive or JSON document")
+    dif.add_argument(
+        "--fail-on-breaking", action="store_true", help="exit 1 when the change is breaking"
+    )
+    insp = operation("inspect", _inspect, "what is in a program (no torch, nothing unpickled)")
+    insp.add_argument(
+        "--view",
+        choices=["modules", "module-graph", "stages", "partitions", "operators", "weights"],
+        default="modules",
+    )
+    insp.add_argument("--depth", type=int, default=1, help="module-graph depth")
+    insp.add_argument("--stages", type=int, default=2, help="number of pipeline stages")
+    insp.add_argument("--by", choices=["param_bytes", "nodes"], default="param_bytes")
+    insp.add_argument("--supported", nargs="*", help="supported targets or namespaces")
+    insp.add_argument("--allow-single-node", action="store_true")
 
     sch = sub.add_parser("schema", help="schema versions and descriptions")
     sch_sub = sch.add_subparsers(dest="schema_command", required=True, parser_class=_Parser)

@@ -13,12 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from pydantic import BaseModel
+
 import schema
 from app.archive import Archive, ManifestEntry, RawTensor, manifest, open_archive
 from app.archive.pickles import check_torch_save
 from app.bridge import from_safetensors, pack_tensors, to_safetensors
 from app.bridge.report import TorchCheck
 from app.failure import Failure
+from app.programs import diff as program_diffs
+from app.programs import inspect as inspection
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest, tensor_digest, weights_digest
 from app.programs.screen import refuse_if_unsafe, screen
@@ -346,6 +350,88 @@ def compat(source: Source, settings: Settings, model: str | None = None) -> sche
     raw = source.documents[source.model(model)]
     _refuse_unreadable(raw, settings)
     return schema.compat(raw)
+
+
+# ---------------------------------------------------------------- diff
+
+
+def program_diff(
+    old: Source, new: Source, settings: Settings, model: str | None = None
+) -> program_diffs.ProgramDiff:
+    """What changed between one model of two sources; each archive's tensors are its weights."""
+    old_doc = read_document(old, model, settings)
+    new_doc = read_document(new, model, settings)
+    return program_diffs.diff_programs(
+        old_doc.doc,
+        new_doc.doc,
+        None if old.archive is None else program_diffs.ArchiveWeights(old.archive, old_doc.name),
+        None if new.archive is None else program_diffs.ArchiveWeights(new.archive, new_doc.name),
+        (old_doc.from_version, new_doc.from_version),
+    )
+
+
+# ---------------------------------------------------------------- inspect
+
+View = Literal["modules", "module-graph", "stages", "partitions", "operators", "weights"]
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    """Which view of a program, and its knobs."""
+
+    view: View
+    depth: int = 1
+    stages: int = 2
+    by: Literal["param_bytes", "nodes"] = "param_bytes"
+    supported: tuple[str, ...] = ()
+    allow_single_node: bool = False
+
+
+class StagesView(BaseModel):
+    """A balanced split of the top-level module calls into pipeline stages."""
+
+    by: str
+    stages: list[inspection.Stage]
+
+
+class PartitionsView(BaseModel):
+    """What a capability-based partitioner proposes for a set of supported operators."""
+
+    supported: list[str]
+    partitions: list[inspection.Partition]
+
+
+def inspect(
+    source: Source, settings: Settings, request: InspectRequest, model: str | None = None
+) -> BaseModel:
+    """One view of what is in a program, from its document and stored tensors (no torch)."""
+    document = read_document(source, model, settings)
+    doc = document.doc
+    if request.view == "modules":
+        return inspection.module_tree(doc, _weight_infos(source, document.name))
+    if request.view == "module-graph":
+        return inspection.module_graph(doc, request.depth)
+    if request.view == "stages":
+        return StagesView(by=request.by, stages=inspection.stages(doc, request.stages, request.by))
+    if request.view == "partitions":
+        found = inspection.partitions(
+            doc, set(request.supported), request.allow_single_node, settings.max_nodes
+        )
+        return PartitionsView(supported=sorted(request.supported), partitions=found)
+    if request.view == "operators":
+        return inspection.operators(doc)
+    return inspection.weights(doc, _weight_infos(source, document.name))
+
+
+def _weight_infos(source: Source, model: str) -> list[inspection.WeightInfo] | None:
+    if source.archive is None:
+        return None
+    entries = source.archive.tensors
+    return [
+        inspection.WeightInfo.from_meta(fqn, entries[full].kind, meta, entries[full].size)
+        for fqn, full in source.tensor_names(model).items()
+        if (meta := entries[full].meta) is not None
+    ]
 
 
 # ---------------------------------------------------------------- deserialize

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import io
 import zipfile
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel
 
@@ -18,6 +18,7 @@ from app.api.docs import DOCUMENT_REF
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part
 from app.archive import ManifestEntry
+from app.programs.diff import ProgramDiff, render_text
 from app.programs.validation import Level, Report
 
 router = APIRouter(prefix="/v1", tags=["programs"])
@@ -225,3 +226,73 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
         readable_by=result.readable_by,
         not_readable_by=result.not_readable_by,
     )
+
+
+@router.post(
+    "/inspect",
+    response_model=dict[str, Any],
+    openapi_extra=request_body("file"),
+    responses=problem_responses(*_READ_PROBLEMS, "invalid-depth", "invalid-stage-count"),
+)
+def inspect(
+    upload: UploadDep,
+    settings: SettingsDep,
+    view: ops.View = "modules",
+    depth: Annotated[int, Query(ge=0, le=1000)] = 1,
+    stages: Annotated[int, Query(ge=1, le=10_000)] = 2,
+    by: Literal["param_bytes", "nodes"] = "param_bytes",
+    supported: Annotated[list[str] | None, Query()] = None,
+    allow_single_node: bool = False,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """What is in a program: module tree, module graph, pipeline stages, partitions for a set of
+    supported operators (targets or namespaces), operator histogram, or weights."""
+    part = upload.one("file", "document")
+    request = ops.InspectRequest(view, depth, stages, by, tuple(supported or ()), allow_single_node)
+    with ops.open_source(part.path, _source_media(part), settings) as source:
+        result = ops.inspect(source, settings, request, model)
+    return {"view": view, **result.model_dump(mode="json")}
+
+
+@router.post(
+    "/diff",
+    response_model=ProgramDiff,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "old": {"type": "string", "format": "binary"},
+                            "new": {"type": "string", "format": "binary"},
+                        },
+                        "required": ["old", "new"],
+                    }
+                }
+            },
+        }
+    },
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **problem_responses(*_READ_PROBLEMS, "graph-cycle"),
+    },
+)
+def diff(
+    upload: UploadDep,
+    settings: SettingsDep,
+    model: str | None = None,
+    format: Literal["json", "text"] = "json",
+) -> Response:
+    """What changed between two programs (archives or documents, form fields `old`, `new`):
+    interface, nodes, weights (values too when both are archives), ranges, modules."""
+    old, new = upload.need("old"), upload.need("new")
+    with (
+        ops.open_source(old.path, _source_media(old), settings) as was,
+        ops.open_source(new.path, _source_media(new), settings) as now,
+    ):
+        result = ops.program_diff(was, now, settings, model)
+    if format == "text":
+        return Response(render_text(result), media_type="text/plain")
+    return Response(result.model_dump_json(), media_type="application/json")

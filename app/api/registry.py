@@ -18,10 +18,11 @@ from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 from starlette.requests import ClientDisconnect
 
+from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
 from app.api.problems import ServiceError, problem_responses
 from app.archive import open_archive
-from app.programs.diff import ProgramDiff, diff_sources
+from app.programs.diff import ProgramDiff
 from app.registry import (
     AliasInfo,
     ModelInfo,
@@ -465,7 +466,7 @@ def get_diff(
     """What changed from version `against` (number, alias or ``latest``) to this one."""
     with registry.source(name, against) as (was, old), registry.source(name, ref) as (now, new):
         model = now.archive_model if was.archive_model == now.archive_model else None
-        return diff_sources(old, new, settings, model)
+        return ops.program_diff(old, new, settings, model)
 
 
 class TagValue(BaseModel):

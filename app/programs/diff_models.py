@@ -83,11 +83,6 @@ class GraphDiff(_Answer):
     removed: list[NodeRef] = Field(default_factory=list)
     changed: list[NodeChange] = Field(default_factory=list)
 
-    @property
-    def is_empty(self) -> bool:
-        """Whether no node was added, removed or changed."""
-        return not (self.added or self.removed or self.changed)
-
 
 # ---------------------------------------------------------------- interface
 
