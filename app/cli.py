@@ -255,6 +255,54 @@ def _render_view(view: str, data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _server(args: argparse.Namespace) -> str:
+    url: str = args.url or os.environ.get("PT2SERDE_URL", "http://127.0.0.1:8000")
+    return url
+
+
+def _version_line(v: Any) -> str:
+    aliases = f"  [{', '.join(v.aliases)}]" if v.aliases else ""
+    gone = f"  deleted: {v.deleted_reason}" if v.deleted_at else ""
+    return (
+        f"{v.model} v{v.version}  schema {v.schema_version}  "
+        f"{v.summary.parameter_count} params  program {v.digests.program[:16]}{aliases}{gone}"
+    )
+
+
+def _push(args: argparse.Namespace) -> int:
+    from app.registry import client
+
+    pushed = client.push(_server(args), args.name, Path(args.input), model=args.model)
+    verb = "pushed" if pushed.created else "already there:"
+    _emit(args, pushed.version.model_dump(mode="json"), f"{verb} {_version_line(pushed.version)}")
+    return EXIT_OK
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from app.registry import client
+
+    got = client.pull(_server(args), args.name, Path(args.dest), args.ref)
+    _emit(args, got.model_dump(mode="json"), f"wrote {args.dest}: {_version_line(got)}")
+    return EXIT_OK
+
+
+def _versions(args: argparse.Namespace) -> int:
+    from app.registry import client
+
+    found = client.versions(_server(args), args.name, include_deleted=args.include_deleted)
+    data = [v.model_dump(mode="json") for v in found]
+    _emit(args, data, "\n".join(_version_line(v) for v in found) or "no versions")
+    return EXIT_OK
+
+
+def _alias(args: argparse.Namespace) -> int:
+    from app.registry import client
+
+    info = client.alias(_server(args), args.name, args.alias, args.version)
+    _emit(args, info.model_dump(mode="json"), f"{args.name}: {args.alias} -> v{args.version}")
+    return EXIT_OK
+
+
 def _schema_versions(args: argparse.Namespace) -> int:
     rows = schema.versions()
     data = [
@@ -390,6 +438,26 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--by", choices=["param_bytes", "nodes"], default="param_bytes")
     insp.add_argument("--supported", nargs="*", help="supported targets or namespaces")
     insp.add_argument("--allow-single-node", action="store_true")
+
+    def registry(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:
+        cmd = sub.add_parser(name, help=help_)
+        cmd.add_argument("name", help="the model name")
+        cmd.add_argument("--url", help="the service (default $PT2SERDE_URL or 127.0.0.1:8000)")
+        cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.set_defaults(run=run)
+        return cmd
+
+    push = registry("push", _push, "push a .pt2 as a new version of a model")
+    push.add_argument("input", help="the .pt2 archive")
+    push.add_argument("--model", help="which model of a multi-model archive")
+    pull = registry("pull", _pull, "fetch a version's .pt2 (checked against its sha256)")
+    pull.add_argument("dest", help="where to write the .pt2")
+    pull.add_argument("--ref", default="latest", help="a version number, an alias or latest")
+    vers = registry("versions", _versions, "list a model's versions")
+    vers.add_argument("--include-deleted", action="store_true")
+    ali = registry("alias", _alias, "point an alias (champion, staging, ...) at a version")
+    ali.add_argument("alias")
+    ali.add_argument("version", type=int)
 
     sch = sub.add_parser("schema", help="schema versions and descriptions")
     sch_sub = sch.add_subparsers(dest="schema_command", required=True, parser_class=_Parser)

@@ -6,13 +6,14 @@ earlier crash left) when the app starts and closes it when the app stops.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
@@ -21,9 +22,11 @@ from starlette.requests import ClientDisconnect
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
 from app.api.problems import ServiceError, problem_responses
+from app.api.programs import request_body
 from app.archive import open_archive
 from app.programs.diff import ProgramDiff
 from app.registry import (
+    MAX_VERSION,
     AliasInfo,
     ModelInfo,
     ModelPage,
@@ -333,6 +336,7 @@ def get_model(name: str, registry: RegistryDep) -> ModelInfo:
     "/models/{name}/versions",
     status_code=201,
     response_model=VersionInfo,
+    openapi_extra=request_body("file", json=None),
     responses={
         200: {"model": VersionInfo, "description": "The program is already this live version"},
         201: {"description": "A new version (Location: its URL)"},
@@ -368,7 +372,7 @@ def list_versions(
     name: str,
     registry: RegistryDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_VERSION)] = None,
     include_deleted: bool = False,
 ) -> VersionPage:
     """A model's versions in number order, a page at a time."""
@@ -478,7 +482,7 @@ class TagValue(BaseModel):
 @router.put(
     "/models/{name}/versions/{ref}/tags/{key}",
     response_model=VersionInfo,
-    responses=problem_responses(*_CONTENT_PROBLEMS),
+    responses=problem_responses(*_CONTENT_PROBLEMS, "bad-request"),
 )
 def put_tag(name: str, ref: str, key: str, body: TagValue, registry: RegistryDep) -> VersionInfo:
     """Set a free-form tag on a live version."""
@@ -498,13 +502,13 @@ def delete_tag(name: str, ref: str, key: str, registry: RegistryDep) -> VersionI
 class AliasTarget(BaseModel):
     """The version an alias names."""
 
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=MAX_VERSION)
 
 
 @router.put(
     "/models/{name}/aliases/{alias}",
     response_model=AliasInfo,
-    responses=problem_responses(*_CONTENT_PROBLEMS),
+    responses=problem_responses(*_CONTENT_PROBLEMS, "bad-request"),
 )
 def put_alias(name: str, alias: str, body: AliasTarget, registry: RegistryDep) -> AliasInfo:
     """Point an alias (``champion``, ``staging``, ...) at a live version, or move it."""
@@ -537,3 +541,31 @@ def get_blob(digest: str, request: Request, registry: RegistryDep) -> Response:
     """A stored blob by its sha256 (a .pt2 or a canonical document a live version refers to)."""
     kind, handle = registry.open_blob(digest)
     return _bytes_response(request, handle, digest, _ZIP if kind == "archive" else _JSON, {})
+
+
+def _options(methods: list[str]) -> Callable[[], Response]:
+    allow = ", ".join(sorted(methods))
+
+    def options() -> Response:
+        return Response(status_code=204, headers={"Allow": allow})
+
+    return options
+
+
+def _answer_options() -> None:
+    """OPTIONS on every registry path, with Allow listing all of the path's methods: the router
+    would otherwise answer 405 with the methods of the first route of that path only."""
+    methods: dict[str, list[str]] = {}
+    for route in router.routes:
+        if isinstance(route, APIRoute):
+            methods.setdefault(route.path, []).extend(route.methods or ())
+    for path, allowed in methods.items():
+        router.add_api_route(
+            path.removeprefix(router.prefix),
+            _options(allowed),
+            methods=["OPTIONS"],
+            include_in_schema=False,
+        )
+
+
+_answer_options()

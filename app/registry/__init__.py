@@ -1,0 +1,47 @@
+"""The model registry: named models, numbered immutable versions, aliases, tags, blobs.
+
+Metadata lives in SQLite (embedded default, ``<data_dir>/registry.sqlite3``) or PostgreSQL
+(``PT2SERDE_DATABASE_URL``); archives and canonical documents live once per sha256 in the blob
+store under ``<data_dir>/blobs``.
+"""
+
+from __future__ import annotations
+
+from app.registry.blobs import BlobStore, Staged
+from app.registry.errors import RegistryFailure
+from app.registry.ingest import Candidate, prepare
+from app.registry.records import (
+    AliasInfo,
+    CleanupReport,
+    ModelInfo,
+    ModelPage,
+    Pushed,
+    VersionDigests,
+    VersionInfo,
+    VersionPage,
+)
+from app.registry.store import LATEST, MAX_VERSION, Registry, check_alias, check_model_name
+from app.registry.summary import Summary, ValueSummary
+
+__all__ = [
+    "LATEST",
+    "MAX_VERSION",
+    "AliasInfo",
+    "BlobStore",
+    "Candidate",
+    "CleanupReport",
+    "ModelInfo",
+    "ModelPage",
+    "Pushed",
+    "Registry",
+    "RegistryFailure",
+    "Staged",
+    "Summary",
+    "ValueSummary",
+    "VersionDigests",
+    "VersionInfo",
+    "VersionPage",
+    "check_alias",
+    "check_model_name",
+    "prepare",
+]

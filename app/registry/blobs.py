@@ -14,7 +14,6 @@ a live process's uploads, across processes sharing one data directory.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import os
@@ -235,12 +234,3 @@ class BlobStore:
             return True
         finally:
             os.close(fd)
-
-    @contextlib.contextmanager
-    def staging(self) -> Iterator[Staged]:
-        """A staged file, removed at the end unless it was placed."""
-        staged = self.stage()
-        try:
-            yield staged
-        finally:
-            staged.discard()

@@ -231,3 +231,7 @@ def _unavailable() -> Iterator[None]:
         raise RegistryFailure(
             "registry-unavailable", f"the registry database cannot be used: {error.orig}"
         ) from error
+    except exc.TimeoutError as error:
+        raise RegistryFailure(
+            "registry-unavailable", f"no database connection came free in time: {error}"
+        ) from error

@@ -8,12 +8,15 @@ no version refers to, which `cleanup` removes (it runs whenever a `Registry` ope
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, BinaryIO, Literal
 
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from app import operations as ops
+from app.archive import open_archive
 from app.registry.blobs import BlobStore, Staged, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
 from app.registry.errors import RegistryFailure
@@ -63,6 +66,28 @@ def check_alias(alias: str) -> str:
     if alias == LATEST:
         raise RegistryFailure("invalid-name", f"{LATEST!r} is reserved for the newest version")
     return alias
+
+
+#: version numbers are 32-bit integers in the database.
+MAX_VERSION = 2**31 - 1
+
+
+def check_text(value: str, what: str, limit: int) -> str:
+    """`value` if it is 1 to `limit` characters a database can store (no NUL, valid UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RegistryFailure("invalid-name", f"the {what} is not valid UTF-8") from None
+    if not value.strip() or len(value) > limit or "\x00" in value:
+        raise RegistryFailure(
+            "invalid-name", f"give a {what} of 1 to {limit} characters, without NUL"
+        )
+    return value
+
+
+def version_number(ref: str) -> int | None:
+    """The version number `ref` spells, None if it is not a number."""
+    return int(ref) if ref.isascii() and ref.isdigit() else None
 
 
 def _live() -> Any:
@@ -197,8 +222,7 @@ class Registry:
     def set_tag(self, name: str, ref: str, key: str, value: str) -> VersionInfo:
         """Set a free-form tag on a live version."""
         _check(_TAG_KEY, key, "tag key")
-        if len(value) > MAX_TAG_VALUE:
-            raise RegistryFailure("invalid-name", f"a tag value is at most {MAX_TAG_VALUE} chars")
+        check_text(value, "tag value", MAX_TAG_VALUE)
         with self.db.write() as conn:
             row = self._live_version(conn, self._model(conn, name), ref)
             dialect = postgresql if self.db.postgresql else sqlite
@@ -214,6 +238,7 @@ class Registry:
 
     def delete_tag(self, name: str, ref: str, key: str) -> VersionInfo:
         """Remove a tag from a live version."""
+        _check(_TAG_KEY, key, "tag key")
         with self.db.write() as conn:
             row = self._live_version(conn, self._model(conn, name), ref)
             gone = conn.execute(delete(tags).where(tags.c.version_id == row.id, tags.c.key == key))
@@ -224,8 +249,7 @@ class Registry:
     def delete_version(self, name: str, ref: str, reason: str) -> VersionInfo:
         """Soft-delete a version with a reason; its aliases go, its blobs are collected once no
         live version refers to them."""
-        if not reason.strip() or len(reason) > MAX_REASON:
-            raise RegistryFailure("invalid-name", f"give a reason of 1 to {MAX_REASON} characters")
+        check_text(reason, "reason", MAX_REASON)
         with self.db.write() as conn:
             row = self._live_version(conn, self._model(conn, name), ref)
             marked = conn.execute(
@@ -277,6 +301,8 @@ class Registry:
     def models(self, limit: int = 100, after: str | None = None) -> ModelPage:
         """A page of models in name order."""
         limit = max(1, min(limit, MAX_PAGE))
+        if after is not None:
+            check_text(after, "paging cursor", 1000)
         with self.db.read() as conn:
             query = select(models).order_by(models.c.name).limit(limit + 1)
             if after is not None:
@@ -342,7 +368,7 @@ class Registry:
                 .limit(limit + 1)
             )
             if after is not None:
-                query = query.where(versions.c.version > after)
+                query = query.where(versions.c.version > min(after, MAX_VERSION))
             if not include_deleted:
                 query = query.where(_live())
             rows = list(conn.execute(query))
@@ -374,6 +400,13 @@ class Registry:
             raise RegistryFailure(
                 "registry-unavailable", f"the blob {digest} of {name} v{info.version} is missing"
             ) from None
+
+    @contextmanager
+    def source(self, name: str, ref: str) -> Iterator[tuple[VersionInfo, ops.Source]]:
+        """A live version's metadata and its archive opened as an operations source."""
+        info, handle = self.open_content(name, ref, "archive")
+        with handle, open_archive(handle, self.settings) as archive:
+            yield info, ops.Source(dict(archive.documents), archive)
 
     def open_blob(self, digest: str) -> tuple[BlobKind, BinaryIO]:
         """A blob a live version refers to, with what it is."""
@@ -407,8 +440,12 @@ class Registry:
 
     def _resolve(self, conn: Connection, model: Row[Any], ref: str) -> Row[Any]:
         query = select(versions).where(versions.c.model_id == model.id)
-        if ref.isdigit():
-            row = conn.execute(query.where(versions.c.version == int(ref))).first()
+        number = version_number(ref)
+        if number is not None and number > MAX_VERSION:
+            # the database would refuse to compare it with a 32-bit column
+            row = None
+        elif number is not None:
+            row = conn.execute(query.where(versions.c.version == number)).first()
         elif ref == LATEST:
             row = conn.execute(query.where(_live()).order_by(versions.c.version.desc())).first()
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import schema
+from app.programs.diff_interface import expression_text
 from app.programs.inspect_common import graph_weights, meta_numel_bytes
 
 
@@ -14,7 +15,7 @@ class ValueSummary(BaseModel):
     name: str
     kind: str
     dtype: str | None = None
-    #: sizes, a symbolic size as its expression
+    #: sizes; a symbolic one as its expression with symbols unwrapped (``s0``, ``Mul(2, s0)``)
     shape: list[int | str] | None = None
 
 
@@ -34,7 +35,7 @@ class Summary(BaseModel):
 def _size(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int | str:
     if isinstance(value, schema.SymIntAsInt):
         return value.as_int
-    return value.as_expr.expr_str
+    return expression_text(value.as_expr.expr_str)
 
 
 def _value(arg: object, metas: dict[str, schema.TensorMeta]) -> ValueSummary:

@@ -47,9 +47,7 @@ def upgrade() -> None:
         sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("deleted_reason", sa.Text, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_versions"),
-        sa.ForeignKeyConstraint(
-            ["model_id"], ["models.id"], name="fk_versions_model_id_models"
-        ),
+        sa.ForeignKeyConstraint(["model_id"], ["models.id"], name="fk_versions_model_id_models"),
         sa.UniqueConstraint("model_id", "version", name="uq_versions_model_id"),
     )
     op.create_index(

@@ -1,0 +1,167 @@
+"""A client of a registry server, for `pt2serde push|pull|versions|alias`.
+
+Every function takes the server's base URL (``http://host:8000``) and raises `ClientFailure`:
+with the server's problem code when it answered with one, ``server-unreachable`` when it could
+not be reached (or answered without a problem), ``download-corrupt`` when pulled bytes do not
+hash to the digest the server gave for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+import schema
+from app.failure import Failure
+from app.registry.records import AliasInfo, Pushed, VersionInfo, VersionPage
+
+DEFAULT_TIMEOUT_S = 600.0
+_CHUNK = 1 << 20
+
+
+class ClientFailure(Failure):
+    """A registry request that failed, with the server's problem code where there is one."""
+
+
+def _url(base: str, *parts: str | int) -> str:
+    return base.rstrip("/") + "/v1/" + "/".join(quote(str(p), safe="") for p in parts)
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    response.read()
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        issues = [
+            schema.Issue(str(e.get("code")), str(e.get("path")), str(e.get("message")))
+            for e in body.get("errors") or []
+            if isinstance(e, dict)
+        ]
+        raise ClientFailure(body["code"], str(body.get("detail", "")), issues)
+    raise ClientFailure(
+        "server-unreachable",
+        f"{response.request.url} answered HTTP {response.status_code} without a problem body",
+    )
+
+
+@contextlib.contextmanager
+def _client(timeout: float) -> Iterator[httpx.Client]:
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            yield client
+    except httpx.TransportError as exc:
+        raise ClientFailure("server-unreachable", f"the registry cannot be reached: {exc}") from exc
+
+
+def push(
+    url: str,
+    name: str,
+    path: Path,
+    *,
+    model: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Pushed:
+    """Upload the .pt2 at `path` (streamed) as model `name`'s next version; `created` is False
+    when the same program already was a live version (which is returned)."""
+    params = {"model": model} if model is not None else {}
+    with _client(timeout) as client, path.open("rb") as body:
+        response = client.post(
+            _url(url, "models", name, "versions"),
+            content=body,
+            params=params,
+            headers={"Content-Type": "application/zip"},
+        )
+    _raise_for(response)
+    return Pushed(
+        version=VersionInfo.model_validate_json(response.content),
+        created=response.status_code == 201,
+    )
+
+
+def pull(
+    url: str,
+    name: str,
+    dest: Path,
+    ref: str | int = "latest",
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> VersionInfo:
+    """Download a version's .pt2 to `dest` (written whole or not at all, its sha256 checked);
+    `ref` is a version number, an alias or ``latest``."""
+    with _client(timeout) as client:
+        meta = client.get(_url(url, "models", name, "versions", ref))
+        _raise_for(meta)
+        info = VersionInfo.model_validate_json(meta.content)
+        archive = _url(url, "models", name, "versions", info.version, "archive")
+        with client.stream("GET", archive) as response:
+            _raise_for(response)
+            _save(response, dest, info.digests.archive)
+    return info
+
+
+def _save(response: httpx.Response, dest: Path, digest: str) -> None:
+    """The body into a temporary file beside `dest`, checked, fsynced, then renamed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    temp = Path(name)
+    try:
+        hasher = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            for chunk in response.iter_bytes(_CHUNK):
+                hasher.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if hasher.hexdigest() != digest:
+            raise ClientFailure(
+                "download-corrupt",
+                f"the downloaded archive hashes to {hasher.hexdigest()}, not {digest}",
+            )
+        os.replace(temp, dest)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def versions(
+    url: str, name: str, *, include_deleted: bool = False, timeout: float = DEFAULT_TIMEOUT_S
+) -> list[VersionInfo]:
+    """Every version of a model in number order (all pages)."""
+    found: list[VersionInfo] = []
+    after: int | None = None
+    with _client(timeout) as client:
+        while True:
+            params: dict[str, Any] = {"limit": 1000, "include_deleted": include_deleted}
+            if after is not None:
+                params["after"] = after
+            response = client.get(_url(url, "models", name, "versions"), params=params)
+            _raise_for(response)
+            page = VersionPage.model_validate_json(response.content)
+            found += page.versions
+            if page.next is None:
+                return found
+            after = page.next
+
+
+def alias(
+    url: str, name: str, alias: str, version: int, *, timeout: float = DEFAULT_TIMEOUT_S
+) -> AliasInfo:
+    """Point `alias` (``champion``, ``staging``, ...) at a version of the model, or move it."""
+    with _client(timeout) as client:
+        response = client.put(
+            _url(url, "models", name, "aliases", alias), json={"version": version}
+        )
+    _raise_for(response)
+    return AliasInfo.model_validate_json(response.content)

@@ -1,0 +1,377 @@
+"""Registry fixtures: a real PostgreSQL server, both backends, registry servers, test archives.
+
+Every registry test takes `backend`, parametrized over SQLite and PostgreSQL. The PostgreSQL
+server is started once per session from the distribution's binaries in a temporary directory on
+a free loopback port, and every test gets a database of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import itertools
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from app import operations as ops
+from app.bridge import jobs
+from app.registry import Registry
+from app.settings import Settings
+from tests.api.conftest import Server
+from tests.conftest import ROOT
+from tests.programs import ZooProgram, archive_bytes
+
+PG_SUPERUSER = "postgres"
+#: Debian's layout first, then whatever is on PATH.
+_PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+_PG_MISSING = (
+    "PostgreSQL server binaries (initdb, pg_ctl, postgres) were not found in {where}: the "
+    "registry tests need a real PostgreSQL server; install the distribution's packages "
+    "(Debian/Ubuntu: apt-get install -y postgresql)"
+)
+_databases = itertools.count()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _pg_bin() -> Path:
+    candidates = sorted(Path("/").glob(_PG_BIN_GLOB.lstrip("/")), key=lambda p: p.parent.name)
+    for folder in reversed(candidates):
+        if all((folder / tool).is_file() for tool in ("initdb", "pg_ctl", "postgres")):
+            return folder
+    found = shutil.which("pg_ctl")
+    if found is not None and shutil.which("initdb") is not None:
+        return Path(found).parent
+    pytest.fail(_PG_MISSING.format(where=f"{_PG_BIN_GLOB} or PATH"), pytrace=False)
+
+
+@dataclass
+class Postgres:
+    """A running PostgreSQL server owned by the test session."""
+
+    port: int
+    root: Path
+    run_as: list[str]
+    bin: Path
+
+    def admin(self) -> psycopg.Connection[Any]:
+        """An autocommit connection to the maintenance database."""
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user=PG_SUPERUSER, dbname="postgres", autocommit=True
+        )
+
+    def create_database(self) -> str:
+        """A new empty database; its SQLAlchemy URL."""
+        name = f"registry_{os.getpid()}_{next(_databases)}"
+        with self.admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql://{PG_SUPERUSER}@127.0.0.1:{self.port}/{name}"
+
+    def pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run pg_ctl on this server's data directory as the server's user."""
+        return subprocess.run(
+            [*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+
+def _run_as() -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run it as the distribution's postgres user."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        import pwd
+
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.fail(
+            "running as root and there is no 'postgres' user to run the server as: install "
+            "the distribution's postgresql package, which creates it",
+            pytrace=False,
+        )
+    return ["runuser", "-u", "postgres", "--"]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL server in a temporary directory on a free loopback port."""
+    bin_dir = _pg_bin()
+    run_as = _run_as()
+    root = Path(tempfile.mkdtemp(prefix="pt2serde-pg-"))
+    (root / "sockets").mkdir()
+    if run_as:
+        shutil.chown(root, "postgres")
+        shutil.chown(root / "sockets", "postgres")
+    init = subprocess.run(
+        [
+            *run_as,
+            str(bin_dir / "initdb"),
+            "-D",
+            str(root / "data"),
+            "-U",
+            PG_SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if init.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"initdb failed:\n{init.stdout}\n{init.stderr}", pytrace=False)
+    server = Postgres(_free_port(), root, run_as, bin_dir)
+    options = (
+        f"-p {server.port} -k {root / 'sockets'} -c listen_addresses=127.0.0.1 "
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+    )
+    started = server.pg_ctl(
+        "-w", "-t", "60", "-l", str(root / "server.log"), "-o", options, "start"
+    )
+    if started.returncode != 0:
+        log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"PostgreSQL did not start:\n{started.stderr}\n{log}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.pg_ctl("-m", "immediate", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Backend:
+    """Where one test's registry lives: a data directory and, for PostgreSQL, a database."""
+
+    kind: str
+    data_dir: Path
+    database_url: str = ""
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings of a registry on this backend."""
+        values: dict[str, Any] = {"data_dir": self.data_dir, "database_url": self.database_url}
+        return Settings(**{**values, **overrides})
+
+    def server_env(self) -> dict[str, str]:
+        """The PT2SERDE_* variables of a server on this backend."""
+        return {
+            "PT2SERDE_DATA_DIR": str(self.data_dir),
+            "PT2SERDE_DATABASE_URL": self.database_url,
+        }
+
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def make_backend(request: pytest.FixtureRequest, folder: Path) -> Backend:
+    """The backend `request.param` names, with its data directory in `folder`."""
+    if request.param == "sqlite":
+        return Backend("sqlite", folder / "data")
+    server: Postgres = request.getfixturevalue("postgres")
+    return Backend("postgresql", folder / "data", server.create_database())
+
+
+def sibling(request: pytest.FixtureRequest, backend: Backend, folder: Path) -> Backend:
+    """Another backend of the same kind: its own data directory (and database)."""
+    if backend.kind == "sqlite":
+        return Backend("sqlite", folder / "data")
+    server: Postgres = request.getfixturevalue("postgres")
+    return Backend("postgresql", folder / "data", server.create_database())
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """SQLite, or a fresh database on the session's PostgreSQL server."""
+    return make_backend(request, tmp_path)
+
+
+class InProcessTorch:
+    """Runs torch jobs in the test process (torch is loaded there already): the library tests
+    validate at level torch without starting a worker pool."""
+
+    def submit(self, job: str, *args: object) -> object:
+        """Run a job of app.bridge.jobs here."""
+        function: Callable[..., object] = getattr(jobs, job)
+        return function(*args)
+
+
+@pytest.fixture
+def registry(backend: Backend) -> Iterator[Registry]:
+    """A registry on the backend, closed after the test."""
+    opened = Registry(backend.settings())
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+# ---------------------------------------------------------------- archives
+
+
+def rewrite_member(archive: bytes, suffix: str, change: Callable[[bytes], bytes]) -> bytes:
+    """The archive with the member ending in `suffix` changed (stored, other members as is)."""
+    source = zipfile.ZipFile(io.BytesIO(archive))
+    names = [i.filename for i in source.infolist() if i.filename.endswith(suffix)]
+    assert len(names) == 1, names
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+        for info in source.infolist():
+            data = source.read(info)
+            target.writestr(info.filename, change(data) if info.filename == names[0] else data)
+    return out.getvalue()
+
+
+def variant(archive: bytes, index: int) -> bytes:
+    """The archive with its first weight's first float set to `index`: another program digest."""
+    return rewrite_member(
+        archive, "data/weights/weight_0", lambda b: struct.pack("<f", float(index)) + b[4:]
+    )
+
+
+@pytest.fixture(scope="session")
+def archives(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
+    """.pt2 archives of a few zoo programs."""
+    return {
+        name: archive_bytes(zoo[name].ep)
+        for name in ("conv", "linear_bn_train", "dynamic", "multi_out", "custom_op")
+    }
+
+
+# ---------------------------------------------------------------- servers
+
+
+@dataclass
+class RegistryServer(Server):
+    """A running service with the registry routes, and the backend it stores into."""
+
+    backend: Backend | None = None
+
+
+def start_registry_server(backend: Backend, env: dict[str, str] | None = None) -> RegistryServer:
+    """Start the service (`pt2serde serve`) on a free port with this backend."""
+    port = _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="pt2serde-regtest-"))
+    full_env = {
+        **os.environ,
+        "PT2SERDE_WORKERS": "1",
+        "PT2SERDE_WORKER_IMPORTS": "tests.bridge.zoo_ops",
+        **backend.server_env(),
+        **(env or {}),
+        "PT2SERDE_PORT": str(port),
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(ROOT),
+    }
+    with (tmp / "server.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError((tmp / "server.log").read_text())
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return RegistryServer(url, process, tmp, backend)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    kill_server(RegistryServer(url, process, tmp, backend))
+    raise RuntimeError("the server did not start in 60 s")
+
+
+def kill_server(server: Server) -> None:
+    """SIGKILL the server process, then whatever of its torch workers outlives it."""
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.process.pid, signal.SIGKILL)
+    shutil.rmtree(server.tmp, ignore_errors=True)
+
+
+def stop_registry_server(server: Server) -> None:
+    """Stop the server (SIGTERM, then SIGKILL) and remove its temporary directory."""
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+    shutil.rmtree(server.tmp, ignore_errors=True)
+
+
+def warm(server: Server) -> None:
+    """Start the server's torch workers so that pushes take their usual time."""
+    with server.client() as client:
+        assert client.get("/readyz").status_code == 200
+
+
+def stored_files(data_dir: Path) -> dict[str, list[str]]:
+    """Blob files and staged files under a data directory (lock files left out)."""
+    blobs = sorted(p.name for p in (data_dir / "blobs").glob("*/*"))
+    staged = sorted(
+        p.relative_to(data_dir / "tmp").as_posix()
+        for p in (data_dir / "tmp").glob("*/*")
+        if p.name != ".lock"
+    )
+    return {"blobs": blobs, "staged": staged}
+
+
+def check_consistent(backend: Backend) -> dict[str, list[int]]:
+    """Reopen the registry (which cleans up), check that every live version's archive is whole
+    and that the blob store holds exactly their blobs and nothing staged; the live versions."""
+    registry = Registry(backend.settings())
+    settings = registry.settings
+    found: dict[str, list[int]] = {}
+    referenced: set[str] = set()
+    try:
+        after: str | None = None
+        while True:
+            page = registry.models(limit=100, after=after)
+            for model in page.models:
+                for info in registry.versions(model.name, limit=1000).versions:
+                    _, handle = registry.open_content(model.name, str(info.version), "archive")
+                    with handle:
+                        data = handle.read()
+                    assert hashlib.sha256(data).hexdigest() == info.digests.archive
+                    with ops.open_source(data, "zip", settings) as source:
+                        digests = ops.canonical(source, settings).digests
+                    assert digests.program == info.digests.program
+                    referenced |= {info.digests.archive, info.digests.graph}
+                    found.setdefault(model.name, []).append(info.version)
+            if page.next is None:
+                break
+            after = page.next
+        assert stored_files(backend.data_dir) == {"blobs": sorted(referenced), "staged": []}
+    finally:
+        registry.close()
+    return found
