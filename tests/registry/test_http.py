@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import torch
 
 from app import operations as ops
 from app.registry import client as registry_client
 from app.settings import Settings
+from tests.cli.test_cli import run as run_cli
 from tests.programs import ZooProgram, outputs_close, torch_json
 from tests.registry.conftest import (
     BACKENDS,
@@ -428,3 +430,27 @@ def test_odd_inputs_are_client_errors(client: httpx.Client, archives: dict[str, 
         f"{base}/aliases/a": "DELETE, PUT",
         "/v1/models": "GET",
     }
+
+
+def test_cli_push_versions_alias_pull(
+    served: RegistryServer, archives: dict[str, bytes], tmp_path: Path
+) -> None:
+    (tmp_path / "conv.pt2").write_bytes(archives["conv"])
+    url = ["--url", served.url]
+    pushed = run_cli("push", "cli-model", "conv.pt2", *url, cwd=tmp_path)
+    assert pushed.returncode == 0, pushed.stderr
+    assert pushed.stdout.startswith("pushed cli-model v1")
+    again = run_cli("push", "cli-model", "conv.pt2", *url, cwd=tmp_path)
+    assert again.stdout.startswith("already there: cli-model v1")
+    aliased = run_cli("alias", "cli-model", "champion", "1", *url, cwd=tmp_path)
+    assert aliased.returncode == 0, aliased.stderr
+    listed = run_cli("versions", "cli-model", *url, "--json", cwd=tmp_path)
+    [only] = orjson.loads(listed.stdout)
+    assert (only["version"], only["aliases"]) == (1, ["champion"])
+    pulled = run_cli("pull", "cli-model", "out.pt2", "--ref", "champion", *url, cwd=tmp_path)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (tmp_path / "out.pt2").read_bytes() == archives["conv"]
+    missing = run_cli("pull", "no-such-model", "x.pt2", *url, cwd=tmp_path)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("pt2serde: model-not-found")
+    assert not (tmp_path / "x.pt2").exists()
