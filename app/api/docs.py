@@ -11,7 +11,12 @@ import schema
 from app.api.problems import PROBLEM_SCHEMA_REF, Problem
 
 COMPONENTS = "#/components/schemas/"
-DOCUMENT_REF = {"$ref": f"{COMPONENTS}ExportedProgram"}
+#: JSON request bodies: any object here, the full contract in the ExportedProgram component (a
+#: recursive schema that example generators such as schemathesis's cannot walk reliably).
+DOCUMENT_BODY = {
+    "type": "object",
+    "description": f"An exported program document (schema 8.x): {COMPONENTS}ExportedProgram",
+}
 
 
 def extra_components() -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 import schema
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep, UploadDep
-from app.api.docs import DOCUMENT_REF
+from app.api.docs import DOCUMENT_BODY
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part
 from app.archive import ManifestEntry
@@ -43,7 +43,7 @@ _ZIP = "application/zip"
 
 
 def request_body(
-    *fields: str, json: dict[str, Any] | None = DOCUMENT_REF, zip_: bool = True
+    *fields: str, json: dict[str, Any] | None = DOCUMENT_BODY, zip_: bool = True
 ) -> dict[str, Any]:
     """OpenAPI requestBody of an upload: raw zip and/or a JSON body of the given schema, or a
     form with these file fields."""
@@ -156,7 +156,7 @@ def deserialize(
     openapi_extra=request_body("file"),
     responses={
         200: {
-            "content": {"application/json": {"schema": DOCUMENT_REF}},
+            "content": {"application/json": {"schema": DOCUMENT_BODY}},
             "description": "The canonical document's bytes; digests in X-Graph-Digest, "
             "X-Weights-Digest, X-Program-Digest and the ETag",
         },
@@ -200,13 +200,27 @@ def validate(
         return ops.validate(source, level, settings, pool, model)
 
 
+class Feature(BaseModel):
+    """A field, union arm or enum value a document uses, and the version it appeared in."""
+
+    feature: str
+    since: str
+
+
+class Unreadable(BaseModel):
+    """A torch release that cannot read the document, and why."""
+
+    release: str
+    reason: str
+
+
 class CompatOut(BaseModel):
     """Which schema versions and torch releases can read a document, from what it uses."""
 
     min_version: str
-    features: list[tuple[str, str]]
+    features: list[Feature]
     readable_by: list[str]
-    not_readable_by: list[tuple[str, str]]
+    not_readable_by: list[Unreadable]
 
 
 @router.post(
@@ -222,9 +236,9 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
         result = ops.compat(source, settings, model)
     return CompatOut(
         min_version=result.min_version,
-        features=result.features,
+        features=[Feature(feature=f, since=v) for f, v in result.features],
         readable_by=result.readable_by,
-        not_readable_by=result.not_readable_by,
+        not_readable_by=[Unreadable(release=r, reason=w) for r, w in result.not_readable_by],
     )
 
 

@@ -101,7 +101,8 @@ class VerdictOut(BaseModel):
     actual_bump: str
     numbers_follow_rules: bool
     message: str | None
-    checked: list[tuple[str, str]]
+    #: the (old, new) version pairs diffed, as ["8.7", "8.8"]
+    checked: list[list[str]]
 
 
 class SchemaDiffOut(BaseModel):
@@ -153,7 +154,7 @@ def schema_diff(
             actual_bump=v.actual_bump,
             numbers_follow_rules=v.numbers_follow_rules,
             message=v.message,
-            checked=v.checked,
+            checked=[list(pair) for pair in v.checked],
         )
     return Response(out.model_dump_json(), media_type="application/json")
 
@@ -205,7 +206,11 @@ def diff_versions(
     responses={
         **_DIFF_DOC,
         **problem_responses(
-            "invalid-description", "missing-part", "bad-multipart", "payload-too-large"
+            "invalid-description",
+            "missing-part",
+            "bad-multipart",
+            "payload-too-large",
+            "unsupported-media-type",
         ),
     },
 )

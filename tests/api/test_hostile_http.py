@@ -1,0 +1,141 @@
+"""The hostile corpus (tests/hostile.py) through HTTP, against a server whose processes, the API
+process and every torch worker, record their audit events: each payload is refused with its code,
+no marker file appears, and no submission causes an event the clean warm-up did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.api.problems import CATALOGUE
+from tests.api.conftest import SERVER_ENV, Server, stop_server, upload_leftovers
+from tests.archive.zipcraft import rezip
+from tests.fuzz.audit_hook import read_events
+from tests.fuzz.launch import start_audited_server
+from tests.hostile import HOSTILE, Hostile
+from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
+
+ENDPOINTS = ("serialize", "validate", "canonicalize", "deserialize")
+#: Events no refusal can explain, whatever the warm-up recorded: unpickling, spawning, dlopen.
+NEVER = (
+    "pickle.find_class",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "ctypes.dlopen",
+)
+#: Clean programs of the bases the hostile builders start from.
+WARM_UP = ("conv", "dynamic", "constants")
+
+Event = tuple[str, str]
+
+
+@dataclass
+class Audited:
+    """The audited server, its events folder and the events of its clean warm-up."""
+
+    server: Server
+    client: httpx.Client
+    events: Path
+    baseline: set[Event]
+
+    def marks(self) -> dict[str, int]:
+        """How many events each process has recorded so far."""
+        return {name: len(events) for name, events in read_events(self.events).items()}
+
+    def since(self, marks: dict[str, int]) -> list[Event]:
+        """Every event recorded after `marks`, in every process."""
+        return [
+            event
+            for name, events in read_events(self.events).items()
+            for event in events[marks.get(name, 0) :]
+        ]
+
+
+def _submit(client: httpx.Client, endpoint: str, data: bytes) -> httpx.Response:
+    if endpoint == "deserialize":
+        files = {"document": ("model.pt2", data, "application/zip")}
+        return client.post("/v1/deserialize", files=files)
+    params = {"level": "torch"} if endpoint == "validate" else {}
+    headers = {"Content-Type": "application/zip"}
+    return client.post(f"/v1/{endpoint}", params=params, content=data, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def archives(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
+    return {name: archive_bytes(zoo[name].ep) for name in PROGRAM_NAMES}
+
+
+@pytest.fixture(scope="module")
+def audited(
+    archives: dict[str, bytes], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Audited]:
+    """The audited server after a clean warm-up through every endpoint, torch included."""
+    events = tmp_path_factory.mktemp("audit")
+    server = start_audited_server(SERVER_ENV, events)
+    try:
+        with server.client() as client:
+            assert client.get("/readyz").status_code == 200
+            for name in WARM_UP:
+                # torch's own archive and the same members as python's zipfile writes them
+                # (the builders' form: cp437 names are decoded by a lazily imported codec)
+                for data in (archives[name], rezip(archives[name])):
+                    for endpoint in ENDPOINTS:
+                        answer = _submit(client, endpoint, data)
+                        assert answer.status_code == 200, (name, endpoint, answer.text)
+            baseline = {e for found in read_events(events).values() for e in found}
+            yield Audited(server, client, events, baseline)
+    finally:
+        stop_server(server)
+
+
+def test_the_hooks_see_the_api_process_and_the_workers(audited: Audited) -> None:
+    """The API process recorded its events without ever importing torch; a torch worker
+    recorded sympy compiling the dynamic program's expressions (the sink the screen guards)."""
+    by_process = read_events(audited.events)
+    api = by_process.pop(f"events-{audited.server.process.pid}.jsonl")
+    assert api
+    assert ("import", "torch") not in api
+    assert by_process, "no torch worker recorded anything"
+    assert any(
+        event == "compile" and "Symbol" in arg
+        for events in by_process.values()
+        for event, arg in events
+    )
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+@pytest.mark.parametrize("hostile", HOSTILE, ids=[h.name for h in HOSTILE])
+def test_refused_over_http_and_nothing_runs(
+    hostile: Hostile,
+    endpoint: str,
+    audited: Audited,
+    archives: dict[str, bytes],
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "marker"
+    data = hostile.build(archives, marker)
+    marks = audited.marks()
+    answer = _submit(audited.client, endpoint, data)
+    body = answer.json()
+    if answer.status_code == 200:
+        assert endpoint == "validate", answer.text
+        assert body["valid"] is False
+        errors = [f["code"] for f in body["findings"] if f["severity"] == "error"]
+        assert hostile.code in errors, errors
+    else:
+        assert answer.status_code == CATALOGUE[hostile.code].status, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert body["code"] == hostile.code, body
+    new = audited.since(marks)
+    assert [e for e in new if e not in audited.baseline] == []
+    assert [e for e in new if e[0].startswith(NEVER)] == []
+    assert not marker.exists()
+    assert upload_leftovers(audited.server) == []
