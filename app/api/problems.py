@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from app.archive.errors import CODES as ARCHIVE_CODES
 from app.failure import Failure
@@ -246,13 +248,31 @@ async def _request_invalid(_: Request, exc: Exception) -> Response:
 _HTTP_CODES = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
 
 
-async def _http_error(_: Request, exc: Exception) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "bad-request")
     response = problem(code, str(exc.detail))
     for key, value in (exc.headers or {}).items():
         response.headers[key] = value
+    if exc.status_code == 405:
+        # Starlette names only the first route's methods; a path can have several routes.
+        response.headers["Allow"] = ", ".join(_allowed_methods(request))
     return response
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The documented methods of every route whose path template matches the request's path."""
+    table: list[tuple[re.Pattern[str], set[str]]] | None = getattr(
+        request.app.state, "method_table", None
+    )
+    if table is None:
+        table = [
+            (compile_path(path)[0], {m.upper() for m in item})
+            for path, item in request.app.openapi()["paths"].items()
+        ]
+        request.app.state.method_table = table
+    path = request.scope["path"]
+    return sorted({m for pattern, methods in table if pattern.match(path) for m in methods})
 
 
 async def _unexpected(_: Request, exc: Exception) -> Response:

@@ -236,6 +236,9 @@ def test_unknown_query_value(client: httpx.Client, zoo: dict[str, ZooProgram]) -
 def test_not_found_and_method(client: httpx.Client) -> None:
     _check(client.get("/v1/nothing"), 404, "not-found")
     _check(client.get("/v1/validate"), 405, "method-not-allowed")
+    two_routes = client.put("/v1/schema/diff")
+    _check(two_routes, 405, "method-not-allowed")
+    assert two_routes.headers["allow"] == "GET, POST"
     _check(client.get("/v1/schema/versions/9.9"), 404, "unknown-schema-version")
 
 
