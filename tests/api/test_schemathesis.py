@@ -34,8 +34,10 @@ def test_schemathesis_finds_nothing(server: Server, tmp_path: Path) -> None:
             "all",
             "--exclude-checks",
             EXCLUDED,
+            # one worker: CPython 3.11's ast.parse (which hypothesis calls) is not thread-safe
+            # ("AST constructor recursion depth mismatch")
             "--workers",
-            "2",
+            "1",
             "--seed",
             "20261122",
             "--request-timeout",
