@@ -204,6 +204,8 @@ def hostile_sample_inputs(source: Source, settings: Settings) -> list[schema.Iss
     issues = []
     for member in archive.sample_inputs.values():
         data = archive.reader.read_member(member, settings.max_json_bytes)
+        if not data:
+            continue  # an empty member is how an archive says it has no sample inputs
         bad = check_torch_save(data, settings)
         if bad:
             issues.append(schema.Issue("unsafe-pickle", "", f"{member} would import {bad}"))

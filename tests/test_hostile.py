@@ -105,3 +105,18 @@ def test_the_audit_hook_sees_what_it_guards_against() -> None:
         pickle.loads(pickle.dumps(collections.OrderedDict(a=1)))
         exec("x = 1", {})
     assert [e for e, _ in events] == ["pickle.find_class", "compile", "exec"]
+
+
+def test_archives_we_write_pass_our_own_checks(archives: dict[str, bytes]) -> None:
+    import io
+
+    from app.archive import open_archive, write_archive
+
+    for name in ("conv", "dynamic", "constants"):
+        with open_archive(archives[name], SETTINGS) as archive:
+            out = io.BytesIO()
+            write_archive(out, dict(archive.documents), archive.raw_tensors())
+        _serialize(out.getvalue())
+        _canonicalize(out.getvalue())
+        with ops.open_source(out.getvalue(), "zip", SETTINGS) as source:
+            assert ops.validate(source, "semantic", SETTINGS, None).valid
