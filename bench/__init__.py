@@ -1,0 +1,1 @@
+"""Benchmarks of pt2serde against torch's own serde, behind `make bench` (`python -m bench`)."""

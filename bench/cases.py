@@ -1,0 +1,413 @@
+"""The library benchmarks of one program, ours side by side with torch on the same bytes.
+
+Every benchmark checks its output against torch once before any figure counts: the parsed
+and dumped document equals torch's (as JSON data), the canonical form equals torch's
+`canonicalize` (and its digest is the sha256 of its bytes), a program our semantic validation
+accepts is one `torch.export.load` loads, our `.pt2` holds the same members as torch's own
+load + save of the archive and computes the same outputs, and the weights manifest's digests
+are the sha256 of the tensors torch loads. A failed check (or a raised exception) makes the
+row FAIL. Where torch is not run (too slow for the time budget), the check falls back to the
+input (round trip, canonical form a fixed point) and the row says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import orjson
+import torch
+from torch._export.serde import schema as torch_schema
+from torch._export.serde import serialize as torch_serde
+
+import schema
+from app import operations as ops
+from app.archive import ManifestEntry, manifest, open_archive
+from app.bridge import deserialize as bridge_deserialize
+from app.bridge import pt2_bytes
+from app.programs.canonical import canonical_bytes, canonicalize
+from app.programs.digest import Digests, graph_digest, weights_digest
+from app.programs.validation import Report
+from app.settings import Settings
+from bench.measure import CheckFailed, Timing, timed
+from bench.plan import Plan
+from bench.programs import Program
+from bench.progress import progress
+
+T = TypeVar("T")
+
+#: Members a re-saved archive may differ in: our .pt2 carries no sample inputs (they are a
+#: pickle we never load), and the serialization id is random. Tensor files are compared by
+#: tensor name, since torch numbers them in the order of its constants dict, which differs.
+_VOLATILE = ("data/sample_inputs/", ".data/serialization_id")
+#: Above this many nodes the deserialize check runs our in-memory program instead of loading
+#: our .pt2 with torch again (its members are compared with torch's own re-save either way).
+_RELOAD_LIMIT = 1500
+
+
+@dataclass
+class Measured:
+    """One benchmark of one program: our, torch's and the floor's timings, or why not."""
+
+    ours: Timing | None = None
+    torch: Timing | None = None
+    floor: Timing | None = None
+    #: torch's estimated seconds when it was not run.
+    torch_estimate: float | None = None
+    torch_note: str = ""
+    failure: str | None = None
+    #: what the output was checked against.
+    checked: str = "torch"
+    #: why this program has no figures for this benchmark (zoo rows leave it out).
+    excluded: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _same(ours: Any, theirs: Any, what: str) -> None:
+    if ours != theirs:
+        raise CheckFailed(f"{what} differs from torch's ({_first_difference(ours, theirs)})")
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys(), key=str):
+            if key not in a or key not in b:
+                return f"{path}/{key}: only in {'ours' if key in a else 'torch'}"
+            if a[key] != b[key]:
+                return _first_difference(a[key], b[key], f"{path}/{key}")
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} vs {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return _first_difference(x, y, f"{path}/{i}")
+    return f"{path or '/'}: {str(a)[:80]} vs {str(b)[:80]}"
+
+
+def _ours(
+    m: Measured,
+    plan: Plan,
+    key: str,
+    nodes: int,
+    fn: Callable[[], T],
+    check: Callable[[T], None],
+    repeats: int,
+) -> T | None:
+    """Time our side if it fits the budget; a failed check or an exception makes the row FAIL."""
+    estimate = plan.estimate(f"ours.{key}", nodes)
+    if not plan.fits(estimate):
+        m.excluded = f"not run: est. {estimate:.0f} s does not fit the time budget"
+        return None
+    started = time.perf_counter()
+    try:
+        m.ours, result = timed(fn, repeats=repeats, check=check, budget=plan.repeat_budget)
+    except CheckFailed as exc:
+        m.failure = str(exc)
+        return None
+    except Exception as exc:
+        m.failure = f"raised {type(exc).__name__}: {str(exc)[:200]}"
+        return None
+    plan.observe(f"ours.{key}", nodes, time.perf_counter() - started)
+    return result
+
+
+# ---------------------------------------------------------------- our operations
+
+
+def our_canonical(doc: schema.ExportedProgram) -> tuple[bytes, Digests]:
+    """What `operations.canonical` does after reading a bare document."""
+    canon = canonicalize(doc)
+    return canonical_bytes(canon), Digests.of(graph_digest(canon), weights_digest([]))
+
+
+def our_validate(archive: bytes, settings: Settings) -> Report:
+    """Semantic validation of an archive as the service does it (open, bound, parse, check)."""
+    with ops.open_source(archive, "zip", settings) as source:
+        return ops.validate(source, "semantic", settings, None)
+
+
+def our_deserialize(archive: bytes, settings: Settings) -> tuple[Any, bytes]:
+    """The .pt2 the deserialize job makes: read, screen, build with torch (fast route), save."""
+    with ops.open_source(archive, "zip", settings) as source:
+        ops.refuse_pickles(source, settings)
+        doc = ops.read_document(source, None, settings).doc
+        tensors = ops.weights_from(None, source, None)
+    program = bridge_deserialize(doc, tensors.values(), route="fast")
+    return program, pt2_bytes(program)
+
+
+def our_manifest(path: Any, settings: Settings) -> list[ManifestEntry]:
+    """Open an archive and hash every weight, streamed."""
+    with open_archive(path, settings) as archive:
+        return manifest(archive)
+
+
+def sha256_file(path: Any) -> str:
+    """The floor: sha256 of the whole file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- torch's operations
+
+
+def torch_parse(data: bytes) -> Any:
+    """torch's parse: JSON into its schema dataclasses."""
+    return torch_serde._bytes_to_dataclass(torch_schema.ExportedProgram, data)
+
+
+def torch_dump(program: Any) -> bytes:
+    """torch's encoder."""
+    return torch_serde._to_json_bytes(program)
+
+
+def torch_canonical(program: Any) -> bytes:
+    """torch's canonicalize, encoded."""
+    return torch_serde._to_json_bytes(torch_serde.canonicalize(program))
+
+
+def torch_load(archive: bytes) -> Any:
+    """torch.export.load of an archive we generated ourselves."""
+    return torch.export.load(io.BytesIO(archive))
+
+
+# ---------------------------------------------------------------- one program
+
+
+def measure_program(
+    program: Program, plan: Plan, *, deserialize: bool = True
+) -> dict[str, Measured]:
+    """parse, dump, canonicalize, validate and (optionally) deserialize of one program."""
+    program.setup()
+    data = program.document
+    nodes = program.nodes
+    reps = plan.repeats(nodes)
+    out: dict[str, Measured] = {}
+
+    progress(f"{program.name}: torch parse")
+    parse_t, torch_doc, parse_note = plan.torch("parse", nodes, lambda: torch_parse(data))
+    dump_t = torch_bytes = None
+    dump_note = f"not run: needs torch's parse (est. {plan.estimate('dump', nodes):.0f} s)"
+    if torch_doc is not None:
+        dump_t, torch_bytes, dump_note = plan.torch(
+            "dump", nodes, lambda: torch_dump(torch_doc), repeats=reps
+        )
+    checked = "torch" if torch_bytes is not None else "the input (torch not run)"
+    expected = orjson.loads(torch_bytes if torch_bytes is not None else data)
+
+    progress(f"{program.name}: parse, dump")
+    m = out["parse"] = Measured(torch=parse_t, checked=checked, torch_note=parse_note)
+    m.torch_estimate = plan.estimate("parse", nodes) if parse_t is None else None
+    doc: schema.ExportedProgram | None = _ours(
+        m,
+        plan,
+        "parse",
+        nodes,
+        lambda: schema.load(data),
+        lambda d: _same(orjson.loads(schema.dump(d)), expected, "parsed document"),
+        reps,
+    )
+    m.floor, _ = timed(lambda: orjson.loads(data), repeats=reps)
+    if doc is None:
+        doc = schema.load(data)
+
+    m = out["dump"] = Measured(torch=dump_t, checked=checked, torch_note=dump_note)
+    m.torch_estimate = plan.estimate("dump", nodes) if dump_t is None else None
+    _ours(
+        m,
+        plan,
+        "dump",
+        nodes,
+        lambda: schema.dump(doc),
+        lambda b: _same(orjson.loads(b), expected, "dump"),
+        reps,
+    )
+    plain = orjson.loads(data)
+    m.floor, _ = timed(lambda: orjson.dumps(plain), repeats=reps)
+
+    progress(f"{program.name}: canonicalize")
+    out["canonicalize"] = _canonicalize(program, plan, doc, torch_doc, reps)
+    torch_doc = None  # torch's dataclasses of a large program take gigabytes
+    progress(f"{program.name}: validate (semantic) vs torch.export.load")
+    archive = program.archive_bytes
+    validate_m, loaded = _validate(program, plan, archive)
+    out["validate"] = validate_m
+    if deserialize and plan.deserialize(nodes):
+        progress(f"{program.name}: deserialize to .pt2")
+        out["deserialize"] = _deserialize(program, plan, archive, loaded, validate_m.torch)
+    return out
+
+
+def _canonicalize(
+    program: Program, plan: Plan, doc: schema.ExportedProgram, torch_doc: Any, reps: int
+) -> Measured:
+    nodes = program.nodes
+    if torch_doc is None:
+        estimate = plan.estimate("canonicalize", nodes)
+        canon_t, torch_canon = None, None
+        note = f"not run: needs torch's parse (est. {estimate:.0f} s)"
+    else:
+        canon_t, torch_canon, note = plan.torch(
+            "canonicalize", nodes, lambda: torch_canonical(torch_doc)
+        )
+    m = Measured(torch=canon_t, torch_note=note)
+    m.torch_estimate = plan.estimate("canonicalize", nodes) if canon_t is None else None
+    expected = None if torch_canon is None else orjson.loads(torch_canon)
+    m.checked = "torch" if expected is not None else "itself (a fixed point; torch not run)"
+
+    def check(result: tuple[bytes, Digests]) -> None:
+        data, digests = result
+        if digests.graph != hashlib.sha256(data).hexdigest():
+            raise CheckFailed("the graph digest is not the sha256 of the canonical bytes")
+        if expected is not None:
+            _same(orjson.loads(data), expected, "canonical form")
+        elif our_canonical(schema.load(data))[0] != data:
+            raise CheckFailed("canonicalizing the canonical form changes it")
+
+    _ours(m, plan, "canonicalize", nodes, lambda: our_canonical(doc), check, reps)
+    return m
+
+
+def _validate(program: Program, plan: Plan, archive: bytes) -> tuple[Measured, Any]:
+    nodes = program.nodes
+    load_t, loaded, note = plan.torch("load", nodes, lambda: torch_load(archive))
+    m = Measured(torch=load_t, torch_note=note)
+    if load_t is None:
+        m.torch_estimate = plan.estimate("load", nodes)
+    torch_failed = note.startswith("torch raised")
+    m.checked = "torch" if loaded is not None or torch_failed else "ours only (torch not run)"
+
+    def check(report: Report) -> None:
+        errors = [f"{f.code} at {f.path}" for f in report.findings if f.severity == "error"]
+        if not report.valid or errors:
+            raise CheckFailed(f"ours rejects a program torch loads: {errors[:3]}")
+        if torch_failed:
+            raise CheckFailed(f"ours accepts what torch.export.load refuses ({note})")
+
+    _ours(
+        m,
+        plan,
+        "validate",
+        nodes,
+        lambda: our_validate(archive, plan.settings),
+        check,
+        plan.repeats(nodes),
+    )
+    return m, loaded
+
+
+def _deserialize(
+    program: Program, plan: Plan, archive: bytes, loaded: Any, load_t: Timing | None
+) -> Measured:
+    nodes = program.nodes
+    m = Measured()
+    if loaded is None or load_t is None:
+        m.excluded = "torch.export.load did not run"
+        m.torch_estimate = plan.estimate("load", nodes) + plan.estimate("save", nodes)
+        return m
+    save_t, torch_pt2, note = plan.torch("save", nodes, lambda: pt2_bytes(loaded))
+    if save_t is None or torch_pt2 is None:
+        m.excluded = note
+        return m
+    m.torch = load_t.plus(save_t)
+    args, kwargs = program.inputs()
+    expected = loaded.module()(*args, **kwargs)
+
+    def check(result: tuple[Any, bytes]) -> None:
+        ours_program, ours_pt2 = result
+        _same_members(ours_pt2, torch_pt2)
+        rebuilt = torch_load(ours_pt2) if nodes <= _RELOAD_LIMIT else ours_program
+        if not _outputs_close(rebuilt.module()(*args, **kwargs), expected):
+            raise CheckFailed("our program computes other outputs than torch's load")
+
+    m.checked = "torch" if nodes <= _RELOAD_LIMIT else "torch (re-save members; outputs in memory)"
+    repeats = plan.deserialize_repeats(nodes)
+    _ours(
+        m,
+        plan,
+        "deserialize",
+        nodes,
+        lambda: our_deserialize(archive, plan.settings),
+        check,
+        repeats,
+    )
+    return m
+
+
+def _same_members(ours: bytes, theirs: bytes) -> None:
+    """Same documents, same tensors (by name: meta and bytes), same other members."""
+    mine, torchs = _members(ours), _members(theirs)
+    if mine.keys() != torchs.keys():
+        raise CheckFailed(f"our .pt2 members differ: {sorted(mine.keys() ^ torchs.keys())[:5]}")
+    differing = sorted(n for n in mine if mine[n] != torchs[n])
+    if differing:
+        raise CheckFailed(f"our .pt2 differs from torch's load + save in {differing[:5]}")
+
+
+def _members(archive: bytes) -> dict[str, Any]:
+    """Root-relative members; tensors keyed by name (torch numbers its files in dict order)."""
+    with zipfile.ZipFile(io.BytesIO(archive)) as z:
+        raw = {n.split("/", 1)[1]: z.read(n) for n in z.namelist()}
+    out: dict[str, Any] = {}
+    payloads: set[str] = set()
+    for name, data in raw.items():
+        folder, _, file = name.rpartition("/")
+        if folder in ("data/weights", "data/constants") and file.endswith("_config.json"):
+            for tensor, entry in orjson.loads(data)["config"].items():
+                path = f"{folder}/{entry.pop('path_name')}"
+                payloads.add(path)
+                out[f"{name}:{tensor}"] = (entry, raw[path])
+    for name, data in raw.items():
+        skip = name in payloads or name.startswith(_VOLATILE) or name.endswith("_config.json")
+        if not skip:
+            out[name] = data
+    return out
+
+
+def _outputs_close(a: Any, b: Any) -> bool:
+    from tests.programs import outputs_close
+
+    return outputs_close(a, b)
+
+
+# ---------------------------------------------------------------- weights hashing
+
+
+def measure_hashing(program: Program, plan: Plan) -> Measured:
+    """Archive read + weights manifest vs sha256 of the file, on an archive of large weights."""
+    path = program.archive
+    m = Measured(checked="torch")
+    reps = plan.hash_repeats
+    m.floor, _ = timed(lambda: sha256_file(path), repeats=reps)
+    loaded = torch_load(program.archive_bytes)
+    expected = {
+        name: hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()
+        for name, t in loaded.state_dict.items()
+    }
+    del loaded
+
+    def check(entries: list[ManifestEntry]) -> None:
+        _same({e.name: e.sha256 for e in entries}, expected, "weights digests")
+
+    _ours(m, plan, "hash", 0, lambda: our_manifest(path, plan.settings), check, reps)
+    m.extra["bytes"] = path.stat().st_size
+    return m
+
+
+def per_node(seconds: float, nodes: int) -> float:
+    """Microseconds per node."""
+    return seconds / max(nodes, 1) * 1e6
+
+
+def mb_per_s(nbytes: int, seconds: float) -> float:
+    """Throughput in MB/s (10^6 bytes)."""
+    return nbytes / 1e6 / seconds if seconds > 0 else math.inf

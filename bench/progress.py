@@ -1,0 +1,18 @@
+"""Progress lines on stderr, stamped with the seconds since the run started."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_STARTED = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    """Print one progress line on stderr."""
+    print(f"[bench {time.perf_counter() - _STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def elapsed() -> float:
+    """Seconds since the run started."""
+    return time.perf_counter() - _STARTED

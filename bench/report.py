@@ -1,0 +1,376 @@
+"""The results table: rows, figures, targets (MET / MISSED), the machine, and RESULTS.md."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.cases import Measured, mb_per_s, per_node
+from bench.measure import Timing, total
+from bench.service import Load
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 9's figures."""
+
+    text: str
+    #: ours at least this many times faster than torch.
+    vs_torch: float | None = None
+    #: ours at most this many times the floor's time.
+    vs_floor: float | None = None
+    #: ours at least this fraction of the floor's throughput.
+    fraction: float | None = None
+
+
+TARGETS = {
+    "parse": Target("≥20x torch, ≤5x orjson.loads", vs_torch=20, vs_floor=5),
+    "dump": Target("≥8x torch, ≤2.5x orjson.dumps", vs_torch=8, vs_floor=2.5),
+    "canonicalize": Target("≥10x torch", vs_torch=10),
+    "validate": Target("≥10x torch.export.load", vs_torch=10),
+    "deserialize": Target("≥1.5x torch load + save", vs_torch=1.5),
+    "hash": Target("≥80% of sha256, memory flat", fraction=0.8),
+    "http": Target("≥80% of the library loop", fraction=0.8),
+}
+
+#: Each library benchmark: what runs on our side, on torch's, and as the floor.
+LABELS = {
+    "parse": "parse + validate: schema.load vs torch _bytes_to_dataclass; floor orjson.loads",
+    "dump": "dump: schema.dump vs torch _to_json_bytes; floor orjson.dumps",
+    "canonicalize": "canonicalize + canonical bytes + digests vs torch canonicalize + encoder",
+    "validate": "semantic validation of the .pt2 (operations.validate) vs torch.export.load",
+    "deserialize": ".pt2 -> loadable .pt2 (bridge fast route + pt2 write) vs torch load + save",
+}
+
+COLUMNS = (
+    "benchmark",
+    "program",
+    "nodes",
+    "input",
+    "ours best / median",
+    "torch best / median",
+    "floor best / median",
+    "ours/torch",
+    "ours/floor",
+    "ours µs/node",
+    "peak RSS growth ours / torch / floor",
+    "checked against",
+    "target",
+    "status",
+)
+
+
+@dataclass
+class Row:
+    """One line of the table, already formatted."""
+
+    bench: str
+    program: str
+    nodes: str
+    input: str
+    #: which benchmark ("parse", ..., "hash", "http"), for ordering.
+    kind: str = ""
+    ours: str = "—"
+    torch: str = "—"
+    floor: str = "—"
+    vs_torch: str = "—"
+    vs_floor: str = "—"
+    per_node: str = "—"
+    rss: str = "—"
+    checked: str = "—"
+    target: str = ""
+    status: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def cells(self) -> list[str]:
+        """The row's cells in column order."""
+        return [
+            self.bench,
+            self.program,
+            self.nodes,
+            self.input,
+            self.ours,
+            self.torch,
+            self.floor,
+            self.vs_torch,
+            self.vs_floor,
+            self.per_node,
+            self.rss,
+            self.checked,
+            self.target,
+            self.status,
+        ]
+
+
+# ---------------------------------------------------------------- figures
+
+
+def seconds(value: float) -> str:
+    """A duration, in a readable unit."""
+    if math.isnan(value):
+        return "—"
+    if value < 1e-3:
+        return f"{value * 1e6:.0f} µs"
+    if value < 1:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value:.2f} s"
+
+
+def megabytes(value: int | None) -> str:
+    """A byte count in MB (10^6)."""
+    if value is None:
+        return "n/a"
+    return f"{value / 1e6:.1f} MB" if value >= 1e5 else f"{value / 1e3:.0f} KB"
+
+
+def pair(t: Timing | None) -> str:
+    """best / median ×runs."""
+    if t is None:
+        return "—"
+    return f"{seconds(t.best)} / {seconds(t.median)} ×{t.runs}"
+
+
+def _speedup(ratio: float) -> str:
+    if ratio <= 1:
+        return f"{ratio:.3g} ({1 / ratio:.1f}x faster)"
+    return f"{ratio:.3g} ({ratio:.1f}x slower)"
+
+
+# ---------------------------------------------------------------- library rows
+
+
+def timing_row(
+    bench: str,
+    program: str,
+    nodes: int,
+    input_bytes: int,
+    measured: list[tuple[str, Measured]],
+) -> Row:
+    """The row of one program (or the zoo's sum) for a library benchmark."""
+    row = Row(LABELS[bench], program, f"{nodes:,}", megabytes(input_bytes), bench)
+    failures = [(name, m.failure) for name, m in measured if m.failure]
+    included = [(name, m) for name, m in measured if m.excluded is None and not m.failure]
+    excluded = [(name, m.excluded) for name, m in measured if m.excluded is not None]
+    row.notes += [f"{program} {bench}: {_named(name)}{why}" for name, why in excluded]
+    row.target = TARGETS[bench].text
+    if failures:
+        row.ours = row.vs_torch = row.vs_floor = row.status = "FAIL"
+        row.notes += [f"{program} {bench}: FAIL {_named(name)}{why}" for name, why in failures]
+        return row
+    if not included:
+        row.ours = "not run"
+        return row
+    ours = total([m.ours for _, m in included if m.ours is not None])
+    row.ours = pair(ours)
+    row.per_node = f"{per_node(ours.best, nodes):.1f}"
+    torch_runs = [m.torch for _, m in included if m.torch is not None]
+    torch_t = total(torch_runs) if len(torch_runs) == len(included) else None
+    floors = [m.floor for _, m in included if m.floor is not None]
+    floor_t = total(floors) if floors and len(floors) == len(included) else None
+    checked = sorted({m.checked for _, m in included})
+    row.checked = ", ".join(checked)
+    target = TARGETS[bench]
+    verdicts: list[str] = []
+    estimated = False
+    if torch_t is not None:
+        row.torch = pair(torch_t)
+        speedup = torch_t.best / ours.best
+        row.vs_torch = _speedup(ours.best / torch_t.best)
+    else:
+        estimates = [m.torch_estimate for _, m in included]
+        estimate = math.fsum(e for e in estimates if e is not None)
+        notes = {m.torch_note for _, m in included if m.torch_note}
+        row.torch = "not run" + (f" (est. {seconds(estimate)})" if estimate > 0 else "")
+        row.notes += [f"{program} {bench}: torch {note}" for note in sorted(notes)]
+        speedup = estimate / ours.best if estimate > 0 else math.nan
+        estimated = True
+        if not math.isnan(speedup):
+            row.vs_torch = f"~{_speedup(ours.best / estimate)} est."
+    if target.vs_torch is not None and not math.isnan(speedup):
+        verdicts.append(
+            "" if speedup >= target.vs_torch else f"{speedup:.3g}x < {target.vs_torch:g}x torch"
+        )
+    if floor_t is not None:
+        row.floor = f"{pair(floor_t)}"
+        over = ours.best / floor_t.best
+        row.vs_floor = f"{over:.2f}x"
+        if target.vs_floor is not None:
+            verdicts.append(
+                "" if over <= target.vs_floor else f"{over:.3g}x > {target.vs_floor:g}x floor"
+            )
+    row.rss = " / ".join(
+        megabytes(t.peak) if t is not None else "—" for t in (ours, torch_t, floor_t)
+    )
+    row.status = _status(verdicts, estimated)
+    return row
+
+
+def _named(name: str) -> str:
+    return f"{name}: " if name else ""
+
+
+def _status(verdicts: list[str], estimated: bool) -> str:
+    if not verdicts:
+        return "n/a"
+    missed = [v for v in verdicts if v]
+    word = f"MISSED ({'; '.join(missed)})" if missed else "MET"
+    return f"{word} (est.)" if estimated else word
+
+
+def hash_rows(measured: list[tuple[str, int, Measured]]) -> list[Row]:
+    """Weights hashing rows; memory is judged flat when it does not grow with the archive."""
+    rows: list[Row] = []
+    peaks = [m.ours.peak for _, _, m in measured if m.ours is not None and m.ours.peak is not None]
+    flat = len(peaks) == len(measured) and max(peaks) - min(peaks) <= 16 * 1024 * 1024
+    for program, size, m in measured:
+        row = Row("archive read + weights sha256: manifest", program, "—", megabytes(size), "hash")
+        row.target = TARGETS["hash"].text
+        if m.failure or m.ours is None or m.floor is None:
+            row.ours = row.vs_floor = row.status = "FAIL"
+            row.notes.append(f"{program} hash: FAIL {m.failure}")
+            rows.append(row)
+            continue
+        ours_rate, floor_rate = mb_per_s(size, m.ours.best), mb_per_s(size, m.floor.best)
+        row.ours = f"{pair(m.ours)} = {ours_rate:.0f} MB/s"
+        row.floor = f"sha256 of the file: {pair(m.floor)} = {floor_rate:.0f} MB/s"
+        fraction = ours_rate / floor_rate
+        row.vs_floor = f"{fraction:.2f} of sha256's MB/s"
+        row.rss = f"{megabytes(m.ours.peak)} / — / {megabytes(m.floor.peak)}"
+        row.checked = m.checked
+        verdicts = ["" if fraction >= 0.8 else f"{fraction:.2f} < 0.80 of sha256"]
+        verdicts.append("" if flat else "memory grows with the archive")
+        row.status = _status(verdicts, False)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- the table and the file
+
+
+def table(rows: list[Row]) -> str:
+    """The markdown table."""
+    lines = [
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row.cells()) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine() -> list[tuple[str, str]]:
+    """The machine and versions, as (label, value) pairs."""
+    import fastapi
+    import orjson
+    import pydantic
+    import pydantic_core
+    import torch
+    import uvicorn
+
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = "unknown"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [
+        ("CPU", f"{model}, nproc {cpus}"),
+        ("RAM", memory),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        (
+            "versions",
+            f"Python {platform.python_version()}, torch {torch.__version__}, "
+            f"pydantic {pydantic.VERSION} (core {pydantic_core.__version__}), "
+            f"orjson {orjson.__version__}, fastapi {fastapi.__version__}, "
+            f"uvicorn {uvicorn.__version__}",
+        ),
+    ]
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages (other processes share the CPUs)."""
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def document(
+    rows: list[Row], facts: list[tuple[str, str]], notes: list[str], legend: list[str]
+) -> str:
+    """RESULTS.md: machine and run facts, the table, notes, how to read it."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out = [
+        "# pt2serde benchmarks against torch's own serde",
+        "",
+        f"Written by `make bench` (`python -m bench`) on {now}.",
+        "",
+        *[f"- **{label}**: {value}" for label, value in facts],
+        "",
+        table(rows),
+        "",
+    ]
+    all_notes = [n for row in rows for n in row.notes] + notes
+    if all_notes:
+        out += ["## Notes", "", *[f"- {n}" for n in all_notes], ""]
+    out += ["## How to read it", "", *[f"- {line}" for line in legend], ""]
+    return "\n".join(out)
+
+
+def http_row(
+    endpoint: str,
+    program: str,
+    nodes: int,
+    body: int,
+    clients: int,
+    server: Load | None,
+    library: Load | None,
+    *,
+    failure: str | None = None,
+    judged: bool = False,
+    variant: str = "",
+) -> Row:
+    """One HTTP load figure against the library loop with as many processes as clients."""
+    row = Row(
+        f"HTTP POST {endpoint}, {clients} client{'s' if clients > 1 else ''}{variant}",
+        program,
+        f"{nodes:,}",
+        megabytes(body) + " JSON",
+        "http",
+    )
+    row.checked = "library output for the same bytes"
+    if judged:
+        row.target = TARGETS["http"].text
+    errors = (server.errors if server else []) + (library.errors if library else [])
+    if failure or errors or server is None or library is None:
+        row.ours = row.vs_floor = row.status = "FAIL"
+        row.notes.append(f"{row.bench} on {program}: FAIL {failure or errors[:2]}")
+        return row
+    row.ours = _load_text(server, "")
+    row.floor = _load_text(library, f"library × {clients} proc: ")
+    fraction = server.rate / library.rate
+    row.vs_floor = f"{fraction:.2f} of the library's req/s"
+    row.rss = f"server {megabytes(server.peak)} / — / per process +{megabytes(library.peak)}"
+    if judged:
+        row.status = _status(["" if fraction >= 0.8 else f"{fraction:.2f} < 0.80"], False)
+    return row
+
+
+def _load_text(load: Load, prefix: str) -> str:
+    return (
+        f"{prefix}{load.rate:.1f} req/s, p50 {seconds(load.percentile(50))}, "
+        f"p99 {seconds(load.percentile(99))} ({len(load.latencies)} req in {load.seconds:.1f} s)"
+    )

@@ -1,0 +1,322 @@
+"""The benchmark run: generate (or reuse) programs, measure, print the table, write RESULTS.md."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.settings import MiB, Settings
+from bench import service
+from bench.cases import Measured, measure_hashing, measure_program
+from bench.plan import Plan
+from bench.programs import (
+    Cache,
+    Program,
+    decoder_program,
+    tiled_program,
+    weights_program,
+    zoo_programs,
+)
+from bench.progress import elapsed, progress
+from bench.report import (
+    Row,
+    document,
+    hash_rows,
+    http_row,
+    load_average,
+    machine,
+    table,
+    timing_row,
+)
+
+HERE = Path(__file__).resolve().parent
+BENCHES = ("parse", "dump", "canonicalize", "validate", "deserialize")
+#: Limits of our side: the defaults, except that the 50k-node document (~65 MB) and its ~5k
+#: weight members must fit.
+SETTINGS = Settings(max_json_bytes=256 * MiB, max_members=100_000)
+
+LEGEND = [
+    "Times are wall clock in one process: best / median of the runs (×n). The first run of "
+    "each of our benchmarks is checked before it counts; a failed check prints FAIL.",
+    "ours/torch is ours' best time over torch's best time (below 1: faster); ours/floor is "
+    "ours' best over the floor's best (orjson for parse and dump; for hashing and HTTP a "
+    "throughput fraction). 'est.' compares with torch's time estimated from its cost per node "
+    "on the largest program it ran on, where running it would not fit the time budget.",
+    "peak RSS growth: the rise of the process' resident high-water mark over one call "
+    "(VmHWM reset through /proc/self/clear_refs, freed memory returned first). For HTTP: "
+    "the server's peak resident set, and the library loop's growth per process.",
+    "Programs: decoder-N are stacked decoder blocks (RMSNorm, fused QKV attention with "
+    "rotary embeddings and a causal mask, SwiGLU MLP) exported with a dynamic batch dim. "
+    "decoder-107 and decoder-1k are torch.export programs; 5k, 20k and 50k are tiled from "
+    "the 1k export (its second block cloned with fresh names and weights; torch loads and "
+    "runs them), and decomposed-* is tiled from a 3-block export put through "
+    "run_decompositions(). Exporting 50k nodes would take torch over 8 minutes here. zoo is "
+    "the sum over the test zoo's real programs. weights-* are archives of large float32 "
+    "matrices.",
+    "Targets are issue 9's (stated on the 5k program, judged on every row). On the 20k and "
+    "50k programs only our side runs (torch would need 2-5 minutes per figure there); torch's "
+    "time is estimated from its cost per node on the 5k program, the outputs are checked "
+    "against the input (round trip, canonical form a fixed point, the program valid), and "
+    "the verdict says (est.). Deserialize is measured up to 5k nodes, not on the decomposed "
+    "program.",
+    "Our side runs with the default Settings except max_json_bytes=256 MiB and "
+    "max_members=100000, so that the 50k program is readable.",
+]
+
+
+@dataclass
+class HttpLoad:
+    """One document posted by 1, 4, ... clients, each for a window or up to `limit` requests."""
+
+    program: Program
+    clients: tuple[int, ...]
+    window: float
+    limit: int
+    #: the configuration issue 9's service target is stated on.
+    judged: bool = False
+    note: str = ""
+
+
+@dataclass
+class Suite:
+    """What one run measures."""
+
+    library: list[Program]
+    large: list[Program]
+    zoo: list[Program]
+    weights: list[Program]
+    http: list[HttpLoad]
+    diagnostic: bool
+    #: library programs measured without deserialize (torch's side of it is slow).
+    lean: list[Program] = field(default_factory=list)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest program only, one run each, a few HTTP requests (for the test suite)",
+    )
+    parser.add_argument("--cache-dir", type=Path, default=HERE / ".cache")
+    parser.add_argument("--out", type=Path, help="where to write the results (RESULTS.md)")
+    parser.add_argument(
+        "--budget", type=float, default=840.0, help="seconds after which torch runs are skipped"
+    )
+    parser.add_argument("--no-http", action="store_true", help="skip the HTTP benchmarks")
+    return parser.parse_args(argv)
+
+
+def build_suite(cache: Cache, smoke: bool) -> Suite:
+    """Generate (or reuse) every program."""
+    small = decoder_program(cache, 2)
+    if smoke:
+        weights = [weights_program(cache, 1, 256), weights_program(cache, 4, 256)]
+        return Suite([small], [], [], weights, [HttpLoad(small, (1, 2), 0.5, 5)], False)
+    base = decoder_program(cache, 20)
+    decomposed = tiled_program(cache, decoder_program(cache, 3, decomposed=True), 20)
+    library = [small, base, decomposed, tiled_program(cache, base, 100)]
+    large = [tiled_program(cache, base, 400), tiled_program(cache, base, 1000)]
+    per_block = (len(large[0].document) - len(base.document)) / 380
+    twenty = tiled_program(cache, base, 20 + round((20e6 - len(base.document)) / per_block))
+    weights = [weights_program(cache, 1, 4096), weights_program(cache, 3, 4096)]
+    zoo = zoo_programs(cache)
+    http = [
+        HttpLoad(small, (1, 4, 16), 1.5, 5000),
+        HttpLoad(
+            base,
+            (1, 4),
+            1.5,
+            5000,
+            judged=True,
+            note="1 MB with 16 clients not run: 16 requests of about 1 s of CPU each (and as "
+            "many library processes) would take half a minute per endpoint on 2 cores.",
+        ),
+        HttpLoad(
+            twenty,
+            (1,),
+            0.0,
+            1,
+            note="20 MB: one request per endpoint, with 1 client only; each takes 10-20 s of "
+            "CPU here, so 4 or 16 clients would take minutes per endpoint.",
+        ),
+    ]
+    return Suite(library, large, zoo, weights, http, True, [decomposed])
+
+
+@contextmanager
+def phase(plan: Plan, name: str, reserve: float) -> Iterator[None]:
+    """A phase of the run, keeping `reserve` seconds for the phases after it."""
+    plan.reserve = reserve
+    progress(f"== {name} (reserving {reserve:.0f} s for later phases)")
+    yield
+
+
+def library_rows(program: Program, measured: dict[str, Measured]) -> list[Row]:
+    """The rows of one program."""
+    rows: list[Row] = []
+    for bench in BENCHES:
+        if bench not in measured:
+            continue
+        size = len(program.document) if bench in ("parse", "dump", "canonicalize") else 0
+        size = size or program.archive.stat().st_size
+        rows.append(timing_row(bench, program.name, program.nodes, size, [("", measured[bench])]))
+    return rows
+
+
+def zoo_rows(zoo: list[Program], measured: list[dict[str, Measured]]) -> list[Row]:
+    """One row per benchmark, summed over the zoo."""
+    rows: list[Row] = []
+    nodes = sum(p.nodes for p in zoo)
+    for bench in BENCHES:
+        pairs = [(p.name, m[bench]) for p, m in zip(zoo, measured, strict=True) if bench in m]
+        if bench in ("parse", "dump", "canonicalize"):
+            size = sum(len(p.document) for p in zoo)
+        else:
+            size = sum(p.archive.stat().st_size for p in zoo)
+        rows.append(timing_row(bench, f"zoo ({len(zoo)} programs)", nodes, size, pairs))
+    return rows
+
+
+def http_rows(suite: Suite) -> list[Row]:
+    """Every HTTP figure: endpoints x documents x concurrency, plus a multi-worker diagnostic."""
+    settings = Settings.from_env()
+    rows: list[Row] = []
+    server = service.start_server()
+    judged_library: service.Load | None = None
+    try:
+        for load in suite.http:
+            program, body = load.program, load.program.document
+            for endpoint in service.ENDPOINTS:
+                for clients in load.clients:
+                    progress(f"HTTP {endpoint.name} x{clients} on {program.name}")
+                    on_server = service.http_load(
+                        server, endpoint, body, clients, load.window, load.limit
+                    )
+                    in_loop = service.library_load(
+                        endpoint, body, settings, clients, load.window, load.limit
+                    )
+                    judged = endpoint.name == "/v1/validate" and clients == 4 and load.judged
+                    if judged:
+                        judged_library = in_loop
+                    row = http_row(
+                        endpoint.name,
+                        program.name,
+                        program.nodes,
+                        len(body),
+                        clients,
+                        on_server,
+                        in_loop,
+                        failure=service.check(endpoint, on_server, in_loop),
+                        judged=judged,
+                    )
+                    rows.append(row)
+            if load.note:
+                rows[-1].notes.append(load.note)
+    finally:
+        service.stop_server(server)
+    if suite.diagnostic and judged_library is not None:
+        rows.append(_diagnostic(suite, judged_library))
+    return rows
+
+
+def _diagnostic(suite: Suite, library: service.Load) -> Row:
+    """The judged configuration once more on uvicorn with 2 worker processes."""
+    program = next(load.program for load in suite.http if load.judged)
+    endpoint = service.ENDPOINTS[0]
+    progress("HTTP diagnostic: uvicorn --workers 2")
+    server = service.start_server(workers=2)
+    try:
+        service.http_load(server, endpoint, program.document, 4, 1.0, 5000)  # warm both workers
+        load = service.http_load(server, endpoint, program.document, 4, 2.0, 5000)
+    finally:
+        service.stop_server(server)
+    row = http_row(
+        endpoint.name,
+        program.name,
+        program.nodes,
+        len(program.document),
+        4,
+        load,
+        library,
+        failure=service.check(endpoint, load, library),
+        variant=" (diagnostic: uvicorn --workers 2, not how pt2serde serve runs)",
+    )
+    row.notes.append(
+        "The diagnostic row reuses the library-loop figure of the judged row above it."
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; the exit status is 1 when any row FAILs."""
+    args = parse_args(argv)
+    plan = Plan(args.smoke, SETTINGS, deadline=args.budget)
+    cache = Cache(args.cache_dir)
+    started_load = load_average()
+    cold = not any(cache.dir.glob("*.pt2"))
+    progress(f"programs: {'generating (cold cache)' if cold else 'cached'} in {cache.dir}")
+    suite = build_suite(cache, args.smoke)
+    generated = elapsed()
+    # everything loaded so far lives to the end: keep it out of each measurement's collection
+    gc.collect()
+    gc.freeze()
+    rows: list[Row] = []
+    hash_measured: list[tuple[str, int, Measured]] = []
+    with phase(plan, "zoo and the programs up to 5k nodes", 0 if args.smoke else 300):
+        if suite.zoo:
+            zoo_measured = []
+            for program in suite.zoo:
+                progress(f"{program.name}")
+                zoo_measured.append(measure_program(program, plan))
+            rows += zoo_rows(suite.zoo, zoo_measured)
+        for program in suite.library:
+            measured = measure_program(program, plan, deserialize=program not in suite.lean)
+            rows += library_rows(program, measured)
+    with phase(plan, "weights hashing", 0 if args.smoke else 280):
+        for program in suite.weights:
+            progress(f"hashing {program.name}")
+            size = program.archive.stat().st_size
+            hash_measured.append((program.name, size, measure_hashing(program, plan)))
+        rows += hash_rows(hash_measured)
+    http: list[Row] = []
+    if not args.no_http:
+        with phase(plan, "HTTP", 0 if args.smoke else 100):
+            http = http_rows(suite)
+    plan.torch_enabled = False
+    for i, program in enumerate(suite.large):
+        with phase(plan, f"{program.name} (ours only)", 100.0 if i + 1 < len(suite.large) else 0.0):
+            rows += library_rows(program, measure_program(program, plan))
+    rows = sorted(rows, key=lambda r: _order(r, suite)) + http
+    facts = [
+        *machine(),
+        ("load average at start / end", f"{started_load} → {load_average()}"),
+        (
+            "run",
+            f"{elapsed():.0f} s in all, {generated:.0f} s of it making programs "
+            f"({'cold' if cold else 'warm'} cache{', smoke mode' if args.smoke else ''})",
+        ),
+    ]
+    text = table(rows)
+    print(text)
+    notes = [n for row in rows for n in row.notes]
+    if notes:
+        print("\n" + "\n".join(f"- {n}" for n in notes))
+    out = args.out or (None if args.smoke else HERE / "RESULTS.md")
+    if out is not None:
+        out.write_text(document(rows, facts, [], LEGEND))
+        progress(f"wrote {out}")
+    progress(f"done in {elapsed():.0f} s")
+    return 1 if any(r.status == "FAIL" for r in rows) else 0
+
+
+def _order(row: Row, suite: Suite) -> tuple[int, int]:
+    kinds = [*BENCHES, "hash"]
+    names = [f"zoo ({len(suite.zoo)} programs)", *(p.name for p in suite.library + suite.large)]
+    kind = kinds.index(row.kind) if row.kind in kinds else len(kinds)
+    return kind, names.index(row.program) if row.program in names else len(names)

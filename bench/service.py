@@ -1,0 +1,363 @@
+"""The service under load: a real uvicorn server on loopback against the library in a loop.
+
+The server is `pt2serde serve` as deployed (one uvicorn process; sync routes run in its thread
+pool). Clients are threads of this process, one keep-alive connection each, posting the same
+JSON document for a time window (requests in flight at its end are awaited and counted).
+The comparison runs the same operation (`operations.validate` at the semantic level, or
+`operations.canonical`) in a loop in as many forked processes as there were clients, for the
+same window. No figure counts unless the server's first answer equals the library's first
+output for the same bytes (the report as JSON data; the canonical bytes and program digest).
+"""
+
+from __future__ import annotations
+
+import http.client
+import math
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from app import operations as ops
+from app.settings import Settings
+from bench.measure import reset_peak, status_kib
+
+ROOT = Path(__file__).resolve().parents[1]
+JSON = {"Content-Type": "application/json"}
+
+
+#: A response reduced to what must equal the library's output.
+Answer = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint, the library operation it wraps, and how to compare their outputs."""
+
+    name: str
+    path: str
+    library: Callable[[bytes, Settings], Any]
+    library_answer: Callable[[Any], Answer]
+    server_answer: Callable[[dict[str, str], bytes], Answer]
+
+
+def library_validate(body: bytes, settings: Settings) -> Any:
+    """What /v1/validate?level=semantic runs for a JSON document."""
+    with ops.open_source(body, "json", settings) as source:
+        return ops.validate(source, "semantic", settings, None)
+
+
+def library_canonical(body: bytes, settings: Settings) -> Any:
+    """What /v1/canonicalize runs for a JSON document."""
+    with ops.open_source(body, "json", settings) as source:
+        return ops.canonical(source, settings)
+
+
+ENDPOINTS = (
+    Endpoint(
+        "/v1/validate",
+        "/v1/validate?level=semantic",
+        library_validate,
+        lambda report: (report.model_dump(mode="json"),),
+        lambda _, body: (orjson.loads(body),),
+    ),
+    Endpoint(
+        "/v1/canonicalize",
+        "/v1/canonicalize",
+        library_canonical,
+        lambda canonical: (canonical.data, canonical.digests.program),
+        lambda headers, body: (body, headers.get("x-program-digest")),
+    ),
+)
+
+
+@dataclass
+class Server:
+    """A running service process on a loopback port."""
+
+    host: str
+    port: int
+    process: subprocess.Popen[bytes]
+    tmp: Path
+
+    @property
+    def pids(self) -> list[int]:
+        """The server process and its children (uvicorn workers)."""
+        return _tree(self.process.pid)
+
+
+def _tree(pid: int) -> list[int]:
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            pids.extend(_tree(int(child)))
+    return pids
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_server(workers: int = 0) -> Server:
+    """`pt2serde serve` (or uvicorn with `workers` processes) on a free port, once healthy."""
+    port = _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="pt2serde-bench-"))
+    env = {
+        **os.environ,
+        "PT2SERDE_PORT": str(port),
+        "PT2SERDE_DATA_DIR": str(tmp / "data"),
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(ROOT),
+    }
+    command = [sys.executable, "-m", "app.cli", "serve"]
+    if workers:
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ]
+    with (tmp / "server.log").open("wb") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    server = Server("127.0.0.1", port, process, tmp)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError((tmp / "server.log").read_text())
+        try:
+            status, _, _ = _post(server, "GET", "/healthz", b"")
+            if status == 200:
+                return server
+        except OSError:
+            time.sleep(0.2)
+    stop_server(server)
+    raise RuntimeError("the server did not start in 60 s")
+
+
+def stop_server(server: Server) -> None:
+    """SIGTERM, then SIGKILL."""
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+def _post(server: Server, method: str, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=600)
+    try:
+        conn.request(method, path, body=body or None, headers=JSON)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def check(endpoint: Endpoint, server: Load, library: Load) -> str | None:
+    """Why the server's first answer differs from the library's first output (None if equal)."""
+    if server.errors or library.errors:
+        return f"errors: {(server.errors + library.errors)[:2]}"
+    if server.answer is None or library.answer is None:
+        return "no answer to compare"
+    if server.answer != library.answer:
+        return f"{endpoint.name} answered other than the library for the same bytes"
+    return None
+
+
+@dataclass
+class Load:
+    """Completed requests (or calls), their latencies, the wall time, and peak memory."""
+
+    latencies: list[float]
+    seconds: float
+    errors: list[str]
+    #: peak resident set: the server's (all its processes), or the largest library process'.
+    peak: int | None
+    #: the first answer, reduced for comparison (see `Endpoint`).
+    answer: Answer | None = None
+
+    @property
+    def rate(self) -> float:
+        """Completed requests per second."""
+        return len(self.latencies) / self.seconds if self.seconds > 0 else math.nan
+
+    def percentile(self, q: float) -> float:
+        """The q-th latency percentile (nearest rank)."""
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return math.nan
+        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+class _Quota:
+    """Requests left to start, shared by the client threads."""
+
+    def __init__(self, total: int) -> None:
+        self._left = total
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+
+def http_load(
+    server: Server, endpoint: Endpoint, body: bytes, clients: int, window: float, limit: int
+) -> Load:
+    """`clients` threads posting `body` for `window` seconds (at least one request each)."""
+    quota = _Quota(limit)
+    start = threading.Barrier(clients + 1)
+    latencies: list[float] = []
+    errors: list[str] = []
+    answers: list[Answer] = []
+    lock = threading.Lock()
+    deadline = [0.0]
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=600)
+        start.wait()
+        first = True
+        try:
+            while (first or time.perf_counter() < deadline[0]) and quota.take():
+                first = False
+                began = time.perf_counter()
+                conn.request("POST", endpoint.path, body=body, headers=JSON)
+                response = conn.getresponse()
+                answer = response.read()
+                took = time.perf_counter() - began
+                with lock:
+                    latencies.append(took)
+                    if response.status != 200:
+                        errors.append(f"{response.status}: {answer[:120]!r}")
+                    elif not answers:
+                        headers = {k.lower(): v for k, v in response.getheaders()}
+                        answers.append(endpoint.server_answer(headers, answer))
+        finally:
+            conn.close()
+
+    for pid in server.pids:
+        reset_peak(pid)
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    deadline[0] = began + window
+    start.wait()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - began
+    peaks = [status_kib("VmHWM", pid) for pid in server.pids]
+    peak = sum(p for p in peaks if p is not None) or None
+    return Load(latencies, seconds, errors, peak, answers[0] if answers else None)
+
+
+def _library_child(
+    endpoint: Endpoint,
+    body: bytes,
+    settings: Settings,
+    go: Any,
+    window: float,
+    quota: int,
+    conn: Connection,
+) -> None:
+    # No garbage collection here: it would touch (and copy) every page inherited from the parent.
+    base = status_kib("VmRSS")
+    can_reset = reset_peak()
+    latencies: list[float] = []
+    errors: list[str] = []
+    answer: Answer | None = None
+    conn.send("ready")
+    go.wait()
+    began = time.perf_counter()
+    end = began + window
+    while len(latencies) < quota and (not latencies or time.perf_counter() < end):
+        started = time.perf_counter()
+        try:
+            result = endpoint.library(body, settings)
+            if answer is None:
+                answer = endpoint.library_answer(result)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        latencies.append(time.perf_counter() - started)
+    seconds = time.perf_counter() - began
+    high = status_kib("VmHWM")
+    peak = high - base if can_reset and high is not None and base is not None else None
+    conn.send((latencies, seconds, errors, peak, answer))
+    conn.close()
+
+
+def library_load(
+    endpoint: Endpoint, body: bytes, settings: Settings, processes: int, window: float, limit: int
+) -> Load:
+    """The library operation in a loop in `processes` forked processes for `window` seconds.
+
+    The processes start together once all are ready; the wall time is the longest one's.
+    """
+    context = multiprocessing.get_context("fork")
+    go = context.Event()
+    quota = max(1, math.ceil(limit / processes))
+    pipes = []
+    children = []
+    for _ in range(processes):
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(
+            target=_library_child,
+            args=(endpoint, body, settings, go, window, quota, sender),
+        )
+        child.start()
+        sender.close()
+        pipes.append(receiver)
+        children.append(child)
+    for receiver in pipes:
+        receiver.recv()
+    go.set()
+    latencies: list[float] = []
+    errors: list[str] = []
+    walls: list[float] = []
+    peaks: list[int] = []
+    answers: list[Answer] = []
+    for receiver in pipes:
+        lat, seconds, errs, peak, answer = receiver.recv()
+        if answer is not None:
+            answers.append(answer)
+        latencies += lat
+        errors += errs
+        walls.append(seconds)
+        if peak is not None:
+            peaks.append(peak)
+    for child in children:
+        child.join()
+    differing = [a for a in answers if a != answers[0]]
+    if differing:
+        errors.append("the library processes disagree with each other")
+    return Load(
+        latencies,
+        max(walls),
+        errors,
+        max(peaks) if peaks else None,
+        answers[0] if answers else None,
+    )

@@ -1,0 +1,153 @@
+"""The benchmark harness runs end to end on the smallest program (no timing asserts)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import schema
+from bench.cases import Measured
+from bench.measure import CheckFailed, Timing, timed
+from bench.programs import Cache, decoder_inputs, decoder_program, tiled_program
+from bench.report import timing_row
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARY_BENCHES = (
+    "parse + validate",
+    "dump",
+    "canonicalize",
+    "semantic validation",
+    ".pt2 -> loadable .pt2",
+)
+
+
+def _table(stdout: str) -> list[dict[str, str]]:
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    return [
+        dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
+        for line in lines[2:]
+    ]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`python -m bench --smoke` once, with its cache and results in a temporary directory."""
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "RESULTS.md"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--smoke",
+            "--cache-dir",
+            str(tmp / "cache"),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return result, out
+
+
+def test_smoke_run_prints_a_table_where_every_check_passed(
+    smoke_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    result, out = smoke_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = _table(result.stdout)
+    assert "FAIL" not in result.stdout
+    benches = [row["benchmark"] for row in rows]
+    for name in LIBRARY_BENCHES:
+        assert sum(b.startswith(name) for b in benches) == 1, (name, benches)
+    assert sum(b.startswith("archive read + weights sha256") for b in benches) == 2
+    assert sum(b.startswith("HTTP POST /v1/validate") for b in benches) == 2
+    assert sum(b.startswith("HTTP POST /v1/canonicalize") for b in benches) == 2
+    library = [r for r in rows if not r["benchmark"].startswith("HTTP")]
+    assert {r["checked against"] for r in library} == {"torch"}
+    assert all(r["status"].startswith(("MET", "MISSED")) for r in library), rows
+    assert all(any(ch.isdigit() for ch in r["ours best / median"]) for r in rows)
+    assert all(r["ours/floor"] != "—" for r in rows if r["benchmark"].startswith("HTTP"))
+    assert "[bench" in result.stderr
+    written = out.read_text()
+    assert "| benchmark |" in written
+    assert "**CPU**" in written
+    assert "torch 2." in written
+
+
+def test_a_failed_check_stops_the_runs_and_prints_fail() -> None:
+    calls: list[int] = []
+
+    def run() -> int:
+        calls.append(1)
+        return len(calls)
+
+    def check(value: int) -> None:
+        raise CheckFailed(f"got {value}")
+
+    with pytest.raises(CheckFailed, match="got 1"):
+        timed(run, repeats=5, check=check)
+    assert calls == [1]
+    row = timing_row("parse", "p", 10, 100, [("", Measured(failure="differs from torch's"))])
+    assert (row.ours, row.vs_torch, row.vs_floor, row.status) == ("FAIL",) * 4
+    assert row.notes == ["p parse: FAIL differs from torch's"]
+
+
+def test_rows_judge_the_targets() -> None:
+    fast = Timing(0.01, 0.01, 3, None)
+    slow = Timing(0.15, 0.2, 3, None)
+    floor = Timing(0.001, 0.001, 3, None)
+    met = timing_row(
+        "parse",
+        "p",
+        10,
+        100,
+        [
+            (
+                "",
+                Measured(
+                    ours=fast, torch=Timing(0.3, 0.3, 1, None), floor=Timing(0.004, 0.004, 3, None)
+                ),
+            )
+        ],
+    )
+    missed = timing_row("parse", "p", 10, 100, [("", Measured(ours=fast, torch=slow, floor=floor))])
+    assert met.status == "MET"
+    assert missed.status == "MISSED (15x < 20x torch; 10x > 5x floor)"
+
+
+def test_tiled_programs_load_and_run_in_torch(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    base = decoder_program(cache, 3)
+    tiled = tiled_program(cache, base, 6)
+    per_block = (tiled.nodes - base.nodes) // 3
+    assert per_block > 40
+    assert tiled.nodes == base.nodes + 3 * per_block
+    doc: schema.ExportedProgram = schema.load(tiled.document)
+    fqns = [
+        s.parameter.parameter_name
+        for s in doc.graph_module.signature.input_specs
+        if isinstance(s, schema.InputSpecParameter)
+    ]
+    assert [f for f in fqns if f.endswith("qkv.weight")] == [
+        f"blocks.{k}.qkv.weight" for k in range(6)
+    ]
+    program = torch.export.load(io.BytesIO(tiled.archive_bytes))
+    args, _ = decoder_inputs()
+    out = program.module()(*args)
+    assert out.shape == args[0].shape
+    assert torch.isfinite(out).all()
