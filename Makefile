@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install
+.PHONY: run test lint openapi bench install fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,3 +31,9 @@ openapi: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# A long campaign (SEED=, MUTANTS=, MINUTES= to change it); defective mutants are saved.
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --seed $(or $(SEED),$(shell date +%s)) \
+		--mutants $(or $(MUTANTS),20000) --minutes $(or $(MINUTES),20) \
+		--save /tmp/pt2serde-fuzz-defects

@@ -157,6 +157,55 @@ def _dotdot(archives: dict[str, bytes], marker: Path) -> bytes:
     return _zip(archives, "conv", add={f"{ROOT}/../evil.sh": f"touch {marker}".encode()})
 
 
+def _defaultdict_factory(archives: dict[str, bytes], marker: Path) -> bytes:
+    factory = {
+        "type": "collections.defaultdict",
+        "context": {
+            "default_factory_module": "os",
+            "default_factory_name": "system",
+            "dict_context": [str(marker)],
+        },
+        "children_spec": [{"type": None, "context": None, "children_spec": []}],
+    }
+    spec = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [factory]}]
+
+    def mutate(doc: Any) -> None:
+        doc["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] = json.dumps(spec)
+
+    return _document(archives, "conv", mutate)
+
+
+def _custom_object_input(archives: dict[str, bytes], marker: Path) -> bytes:
+    arg = {"name": "obj", "class_fqn": "__torch__.torch.classes.os.system"}
+
+    def mutate(doc: Any) -> None:
+        graph_module = doc["graph_module"]
+        graph_module["graph"]["inputs"].insert(0, {"as_custom_obj": arg})
+        graph_module["signature"]["input_specs"].insert(
+            0, {"custom_obj": {"arg": arg, "custom_obj_name": f"touch {marker}"}}
+        )
+
+    return _document(archives, "conv", mutate)
+
+
+def _guards_exec(archives: dict[str, bytes], marker: Path) -> bytes:
+    def mutate(doc: Any) -> None:
+        doc["guards_code"] = [
+            "L['x'].size()[0] >= 2",
+            f"exec(\"__import__('os').system('touch {marker}')\") is None",
+        ]
+
+    return _document(archives, "dynamic", mutate)
+
+
+def _operator_argument(archives: dict[str, bytes], marker: Path) -> bytes:
+    def mutate(doc: Any) -> None:
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        node["inputs"].append({"name": "hook", "arg": {"as_operator": "builtins.eval"}, "kind": 2})
+
+    return _document(archives, "conv", mutate)
+
+
 HOSTILE: list[Hostile] = [
     Hostile("sample-inputs-pickle", "unsafe-pickle", _sample_inputs),
     Hostile("use-pickle-weight", "unsafe-pickle", _pickled_weight),
@@ -168,6 +217,10 @@ HOSTILE: list[Hostile] = [
     Hostile("aten-from-file", "unsafe-operator", _from_file),
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),
+    Hostile("treespec-defaultdict-factory", "unsafe-treespec", _defaultdict_factory),
+    Hostile("custom-object-input", "unsafe-custom-object", _custom_object_input),
+    Hostile("guards-code-exec", "unsafe-guards-code", _guards_exec),
+    Hostile("operator-argument-eval", "unsafe-target", _operator_argument),
 ]
 
 

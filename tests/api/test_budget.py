@@ -2,17 +2,19 @@
 and canonicalizing an upload at the size limit keeps it under its baseline plus 64 MiB.
 
 The upload is a real exported program whose weights are ~130 MiB: tensor bytes must be spooled,
-checked and hashed in streams, never held whole. The server's resident set is sampled from
-/proc while each request runs; its high-water mark is read before and after as well.
+checked and hashed in streams, never held whole. The server's resident high-water mark
+(VmHWM) is reset through /proc/<pid>/clear_refs before each request and read after it; the
+resident set (VmRSS) is also sampled while the request runs, in case the reset is not allowed.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -26,6 +28,7 @@ MiB = 1024 * 1024
 BUDGET = 64 * MiB
 IN_FEATURES, OUT_FEATURES = 4096, 8192
 _SAMPLE_EVERY_S = 0.002
+_ZIP = "application/zip"
 
 
 class _Wide(nn.Module):
@@ -36,11 +39,13 @@ class _Wide(nn.Module):
         self.fc = nn.Linear(IN_FEATURES, OUT_FEATURES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """relu(fc(x))."""
         return torch.relu(self.fc(x))
 
 
 @pytest.fixture(scope="module")
 def big_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torch.export.save of the wide program, on disk (128 MiB)."""
     torch.manual_seed(0)
     ep = torch.export.export(_Wide(), (torch.randn(2, IN_FEATURES),))
     path = tmp_path_factory.mktemp("budget") / "wide.pt2"
@@ -50,6 +55,7 @@ def big_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def zoo_archive_conv(zoo: dict[str, ZooProgram]) -> bytes:
+    """A small real archive, to warm each path up."""
     return archive_bytes(zoo["conv"].ep)
 
 
@@ -62,6 +68,15 @@ def budget_server(big_archive: Path) -> Iterator[Server]:
         yield running
     finally:
         stop_server(running)
+
+
+def _reset_high_water_mark(pid: int) -> bool:
+    """Reset a process's VmHWM to its current VmRSS; False where the kernel does not allow it."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -80,13 +95,14 @@ class Usage:
     hwm_before: int
     hwm_after: int
     samples: int
+    hwm_reset: bool
 
     @property
     def growth(self) -> int:
-        """The request's peak over the baseline: the sampled peak, or the high-water mark if
-        the request raised it (the mark catches spikes between two samples)."""
+        """The request's peak over the baseline: the high-water mark if it was reset before the
+        request or raised by it (it catches spikes between two samples), else the sampled peak."""
         peak = self.peak_sampled
-        if self.hwm_after > self.hwm_before:
+        if self.hwm_reset or self.hwm_after > self.hwm_before:
             peak = max(peak, self.hwm_after)
         return peak - self.baseline
 
@@ -94,12 +110,16 @@ class Usage:
         return (
             f"baseline {self.baseline / MiB:.1f} MiB, sampled peak {self.peak_sampled / MiB:.1f} "
             f"MiB ({self.samples} samples), VmHWM {self.hwm_before / MiB:.1f} -> "
-            f"{self.hwm_after / MiB:.1f} MiB, growth {self.growth / MiB:.1f} MiB"
+            f"{self.hwm_after / MiB:.1f} MiB (reset: {self.hwm_reset}), "
+            f"growth {self.growth / MiB:.1f} MiB"
         )
 
 
-def _measured(server: Server, send: Iterator[httpx.Response]) -> tuple[httpx.Response, Usage]:
+def _measured(
+    server: Server, request: Callable[[], httpx.Response]
+) -> tuple[httpx.Response, Usage]:
     pid = server.process.pid
+    reset = _reset_high_water_mark(pid)
     baseline = _status_kib(pid, "VmRSS") * 1024
     hwm_before = _status_kib(pid, "VmHWM") * 1024
     peak = baseline
@@ -116,46 +136,58 @@ def _measured(server: Server, send: Iterator[httpx.Response]) -> tuple[httpx.Res
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        answer = next(send)
+        answer = request()
     finally:
         done.set()
         sampler.join()
-    usage = Usage(baseline, peak, hwm_before, _status_kib(pid, "VmHWM") * 1024, samples)
+    usage = Usage(baseline, peak, hwm_before, _status_kib(pid, "VmHWM") * 1024, samples, reset)
     return answer, usage
 
 
-def _validate(client: httpx.Client, archive: Path) -> Iterator[httpx.Response]:
-    with archive.open("rb") as body:
-        yield client.post(
-            "/v1/validate",
-            params={"level": "semantic"},
-            content=body,
-            headers={"Content-Type": "application/zip"},
-        )
+#: operation -> path, query, and whether the archive goes as a raw body or a form part.
+OPERATIONS: dict[str, tuple[str, dict[str, str], bool]] = {
+    "validate-semantic": ("/v1/validate", {"level": "semantic"}, False),
+    "canonicalize": ("/v1/canonicalize", {}, True),
+    "validate-torch": ("/v1/validate", {"level": "torch"}, False),
+}
 
 
-def _canonicalize(client: httpx.Client, archive: Path) -> Iterator[httpx.Response]:
-    with archive.open("rb") as body:
-        yield client.post("/v1/canonicalize", files={"file": ("wide.pt2", body, "application/zip")})
+def _send(client: httpx.Client, operation: str, archive: bytes | BinaryIO) -> httpx.Response:
+    path, params, form = OPERATIONS[operation]
+    if form:
+        return client.post(path, params=params, files={"file": ("wide.pt2", archive, _ZIP)})
+    return client.post(path, params=params, content=archive, headers={"Content-Type": _ZIP})
 
 
-@pytest.mark.parametrize("operation", ["validate", "canonicalize"])
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "validate-semantic",
+        "canonicalize",
+        pytest.param(
+            "validate-torch",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="measured +257 MiB for 128 MiB of weights: app.operations.validate reads "
+                "every tensor whole (Source.raw_tensors -> Archive.raw_tensors -> read_member), "
+                "packs them (pack_tensors) and pickles the job (WorkerPool._payload) in the API "
+                "process to hand them to the worker",
+            ),
+        ),
+    ],
+)
 def test_an_upload_at_the_limit_stays_within_the_budget(
     operation: str, budget_server: Server, big_archive: Path, zoo_archive_conv: bytes
 ) -> None:
-    send = _validate if operation == "validate" else _canonicalize
-    with budget_server.client() as client:
-        # the same path once on a small archive: lazy imports and caches are not the upload's
-        warm = client.post(
-            f"/v1/{operation}",
-            params={"level": "semantic"} if operation == "validate" else {},
-            content=zoo_archive_conv,
-            headers={"Content-Type": "application/zip"},
-        )
+    with budget_server.client(timeout=300) as client:
+        # the same path once on a small archive: lazy imports, caches and (for level torch) the
+        # worker pool are not the upload's
+        warm = _send(client, operation, zoo_archive_conv)
         assert warm.status_code == 200, warm.text
-        answer, usage = _measured(budget_server, send(client, big_archive))
+        with big_archive.open("rb") as body:
+            answer, usage = _measured(budget_server, lambda: _send(client, operation, body))
     assert answer.status_code == 200, answer.text[:500]
-    if operation == "validate":
+    if operation.startswith("validate"):
         assert answer.json()["valid"] is True
     else:
         assert len(answer.headers["x-weights-digest"]) == 64

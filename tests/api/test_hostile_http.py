@@ -70,6 +70,7 @@ def _submit(client: httpx.Client, endpoint: str, data: bytes) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def archives(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
+    """torch.export.save archives of every zoo program, the builders' bases."""
     return {name: archive_bytes(zoo[name].ep) for name in PROGRAM_NAMES}
 
 
