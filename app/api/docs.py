@@ -11,12 +11,37 @@ import schema
 from app.api.problems import PROBLEM_SCHEMA_REF, Problem
 
 COMPONENTS = "#/components/schemas/"
+ZIP = "application/zip"
 #: JSON request bodies: any object here, the full contract in the ExportedProgram component (a
 #: recursive schema that example generators such as schemathesis's cannot walk reliably).
 DOCUMENT_BODY = {
     "type": "object",
     "description": f"An exported program document (schema 8.x): {COMPONENTS}ExportedProgram",
 }
+
+
+def request_body(
+    *fields: str,
+    json: dict[str, Any] | None = DOCUMENT_BODY,
+    zip_: bool = True,
+    required: int = 1,
+) -> dict[str, Any]:
+    """OpenAPI requestBody of an upload: raw zip and/or a JSON body of the given schema, or a
+    form with these file fields (the first `required` of them needed)."""
+    binary = {"type": "string", "format": "binary"}
+    content: dict[str, Any] = {}
+    if zip_:
+        content[ZIP] = {"schema": binary}
+    if json is not None:
+        content["application/json"] = {"schema": json}
+    content["multipart/form-data"] = {
+        "schema": {
+            "type": "object",
+            "properties": dict.fromkeys(fields, binary),
+            "required": list(fields[:required]),
+        }
+    }
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def extra_components() -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 import schema
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep, UploadDep
-from app.api.docs import DOCUMENT_BODY
+from app.api.docs import DOCUMENT_BODY, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part
 from app.archive import ManifestEntry
@@ -39,28 +39,6 @@ _READ_PROBLEMS = (
     "unsafe-pickle",
 )
 _TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
-_ZIP = "application/zip"
-
-
-def request_body(
-    *fields: str, json: dict[str, Any] | None = DOCUMENT_BODY, zip_: bool = True
-) -> dict[str, Any]:
-    """OpenAPI requestBody of an upload: raw zip and/or a JSON body of the given schema, or a
-    form with these file fields."""
-    binary = {"type": "string", "format": "binary"}
-    content: dict[str, Any] = {}
-    if zip_:
-        content[_ZIP] = {"schema": binary}
-    if json is not None:
-        content["application/json"] = {"schema": json}
-    content["multipart/form-data"] = {
-        "schema": {
-            "type": "object",
-            "properties": dict.fromkeys(fields, binary),
-            "required": [fields[0]],
-        }
-    }
-    return {"requestBody": {"required": True, "content": content}}
 
 
 class SerializeResponse(BaseModel):
@@ -89,7 +67,7 @@ def _archive_part(part: Part) -> Part:
     responses={
         200: {
             "model": SerializeResponse,
-            "content": {_ZIP: {"schema": {"type": "string", "format": "binary"}}},
+            "content": {ZIP: {"schema": {"type": "string", "format": "binary"}}},
             "description": "JSON; a zip of documents, manifest and weights.safetensors "
             "with ?weights=safetensors",
         },
@@ -117,7 +95,7 @@ def serialize(
             zf.writestr(f"documents/{name}.json", schema.dump(doc))
         zf.writestr("manifest.json", orjson.dumps(manifest))
         zf.writestr("weights.safetensors", tensors)
-    return Response(out.getvalue(), media_type=_ZIP)
+    return Response(out.getvalue(), media_type=ZIP)
 
 
 @router.post(
@@ -126,7 +104,7 @@ def serialize(
     openapi_extra=request_body("document", "weights", json=None, zip_=False),
     responses={
         200: {
-            "content": {_ZIP: {"schema": {"type": "string", "format": "binary"}}},
+            "content": {ZIP: {"schema": {"type": "string", "format": "binary"}}},
             "description": "A .pt2 archive that torch.export.load opens",
         },
         **problem_responses(*_READ_PROBLEMS, "weights-mismatch", *_TORCH_PROBLEMS),
@@ -145,7 +123,7 @@ def deserialize(
         data = ops.deserialize(source, tensors, settings, pool, model)
     return Response(
         data,
-        media_type=_ZIP,
+        media_type=ZIP,
         headers={"Content-Disposition": 'attachment; filename="program.pt2"'},
     )
 
@@ -271,23 +249,7 @@ def inspect(
 @router.post(
     "/diff",
     response_model=ProgramDiff,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {
-                            "old": {"type": "string", "format": "binary"},
-                            "new": {"type": "string", "format": "binary"},
-                        },
-                        "required": ["old", "new"],
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=request_body("old", "new", json=None, zip_=False, required=2),
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
         **problem_responses(*_READ_PROBLEMS, "graph-cycle"),

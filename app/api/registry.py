@@ -21,8 +21,8 @@ from starlette.requests import ClientDisconnect
 
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
+from app.api.docs import request_body
 from app.api.problems import ServiceError, problem_responses
-from app.api.programs import request_body
 from app.archive import open_archive
 from app.programs.diff import ProgramDiff
 from app.registry import (

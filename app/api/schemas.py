@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 import schema
 from app.api.deps import UploadDep
+from app.api.docs import request_body
 from app.api.problems import ServiceError, problem_responses
 from schema.diff import DescriptionLike
 
@@ -186,23 +187,7 @@ def diff_versions(
 @router.post(
     "/diff",
     response_class=Response,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {
-                            "old": {"type": "string", "format": "binary"},
-                            "new": {"type": "string", "format": "binary"},
-                        },
-                        "required": ["old", "new"],
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=request_body("old", "new", json=None, zip_=False, required=2),
     responses={
         **_DIFF_DOC,
         **problem_responses(
