@@ -24,7 +24,7 @@ from app.failure import Failure
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
 from app.programs.canonical import canonical_bytes, canonicalize
-from app.programs.digest import Digests, graph_digest, tensor_digest, weights_digest
+from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
 from app.programs.screen import refuse_if_unsafe, screen
 from app.programs.validation import (
     Finding,
@@ -233,11 +233,11 @@ def canonical(source: Source, settings: Settings, model: str | None = None) -> C
     """Canonical document bytes, graph digest, weights digest (streamed) and program digest."""
     refuse_pickles(source, settings)
     document = read_document(source, model, settings)
-    canon = canonicalize(document.doc)
+    data = canonical_bytes(canonicalize(document.doc))
     return Canonical(
         document.name,
-        canonical_bytes(canon),
-        Digests.of(graph_digest(canon), _weights_digest(source, document.name)),
+        data,
+        Digests.of(graph_digest_of(data), _weights_digest(source, document.name)),
     )
 
 

@@ -32,7 +32,7 @@ from app.archive import ManifestEntry, manifest, open_archive
 from app.bridge import deserialize as bridge_deserialize
 from app.bridge import pt2_bytes
 from app.programs.canonical import canonical_bytes, canonicalize
-from app.programs.digest import Digests, graph_digest, weights_digest
+from app.programs.digest import Digests, graph_digest_of, weights_digest
 from app.programs.validation import Report
 from app.settings import Settings
 from bench.measure import CheckFailed, Timing, timed
@@ -123,7 +123,8 @@ def _ours(
 def our_canonical(doc: schema.ExportedProgram) -> tuple[bytes, Digests]:
     """What `operations.canonical` does after reading a bare document."""
     canon = canonicalize(doc)
-    return canonical_bytes(canon), Digests.of(graph_digest(canon), weights_digest([]))
+    data = canonical_bytes(canon)
+    return data, Digests.of(graph_digest_of(data), weights_digest([]))
 
 
 def our_validate(archive: bytes, settings: Settings) -> Report:

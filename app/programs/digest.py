@@ -50,7 +50,12 @@ class DigestFailure(Failure):
 
 def graph_digest(canonical_doc: ExportedProgram) -> str:
     """sha256 hex of the canonical bytes; pass the output of `canonicalize`."""
-    return hashlib.sha256(canonical_bytes(canonical_doc)).hexdigest()
+    return graph_digest_of(canonical_bytes(canonical_doc))
+
+
+def graph_digest_of(canonical: bytes) -> str:
+    """The graph digest of canonical bytes already made (serializing twice costs seconds)."""
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def tensor_digest(
