@@ -25,7 +25,7 @@ from schema.errors import (
     UnsupportedMajor,
 )
 from schema.history import CURRENT, RELEASES, format_version, parse_version, versions
-from schema.io import dump, load, unknown_fields
+from schema.io import Read, dump, load, read, unknown_fields
 from schema.jsonschema import json_schema
 from schema.models import *  # noqa: F403
 from schema.upgrade import Upgraded, upgrade
@@ -38,6 +38,7 @@ __all__ = [
     "DocumentInvalid",
     "Issue",
     "OneOf",
+    "Read",
     "SchemaError",
     "Struct",
     "UnknownVersion",
@@ -51,6 +52,7 @@ __all__ = [
     "load",
     "parse_type",
     "parse_version",
+    "read",
     "unknown_fields",
     "versions",
     "RULES",

@@ -63,8 +63,35 @@ class _Model(BaseModel):
     __until__: ClassVar[Version | None] = None
 
 
+class Reading:
+    """What validating one document noticed, passed to pydantic as the validation context."""
+
+    def __init__(self) -> None:
+        #: ``Struct.field`` of every field the input omitted and its default filled.
+        self.filled: set[str] = set()
+
+
 class Struct(_Model):
     """A torch schema struct: every declared field is written, unknown keys are kept."""
+
+    #: The fields that have a default, which a document may omit.
+    __defaulted__: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.__defaulted__ = frozenset(
+            name for name, info in cls.model_fields.items() if not info.is_required()
+        )
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Called by pydantic-core for each struct it builds: noting omitted fields here costs
+        # a set comparison per struct instead of a second walk over the whole document.
+        if isinstance(context, Reading) and not self.__defaulted__ <= self.__pydantic_fields_set__:
+            name = type(self).__name__
+            context.filled.update(
+                f"{name}.{field}" for field in self.__defaulted__ - self.__pydantic_fields_set__
+            )
 
 
 class Arm(_Model):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import gc
 import types
 import typing
-from typing import Annotated, Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from schema._base import Arm, OneOf, Struct, WireName
+from schema._base import Arm, OneOf, Reading, Struct, WireName
 from schema.description import field_annotation, union_arms
 from schema.errors import DocumentInvalid, Issue, pointer
 from schema.models import ExportedProgram
@@ -26,19 +27,49 @@ _CODES = {
 }
 
 
-def load(data: bytes | str, model: type[M] = ExportedProgram) -> M:  # type: ignore[assignment]
-    """Parse and validate a document; DocumentInvalid lists every problem with its path."""
+@dataclass(frozen=True)
+class Read(Generic[M]):
+    """A validated document and what its bytes carried beyond or short of the schema."""
+
+    document: M
+    #: JSON pointers of the keys the schema does not declare (kept in the models' extras).
+    unknown_fields: list[str]
+    #: ``Struct.field`` of each field some struct omitted and its default filled, sorted.
+    filled: list[str]
+
+
+def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # type: ignore[assignment]
+    """Parse and validate a document; DocumentInvalid lists every problem with its path.
+
+    The first pass forbids unknown keys, so that a document without any (the common case) is
+    known to have none without walking the models; only a document with some is read again.
+    """
     # The models are acyclic and many: the cyclic collector's walks over them cost more than
     # the validation itself on large graphs, so it pauses while they are built.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return model.model_validate_json(data)
-    except ValidationError as exc:
-        raise DocumentInvalid(issues_from(exc, model)) from None
+        reading = Reading()
+        try:
+            doc = model.model_validate_json(data, extra="forbid", context=reading)
+            return Read(doc, [], sorted(reading.filled))
+        except ValidationError as exc:
+            first = exc
+        reading = Reading()
+        try:
+            doc = model.model_validate_json(data, context=reading)
+        except ValidationError as exc:
+            raise DocumentInvalid(issues_from(exc, model)) from None
+        unknown = [i.path for i in issues_from(first, model) if i.code == "unknown-field"]
+        return Read(doc, unknown, sorted(reading.filled))
     finally:
         if enabled:
             gc.enable()
+
+
+def load(data: bytes | str, model: type[M] = ExportedProgram) -> M:  # type: ignore[assignment]
+    """Parse and validate a document; DocumentInvalid lists every problem with its path."""
+    return read(data, model).document
 
 
 def dump(doc: BaseModel) -> bytes:

@@ -9,13 +9,13 @@ from typing import Any
 
 import orjson
 
-from schema._base import FIRST_8X, Struct, Version
-from schema.compat import iter_models, struct_defaults
+from schema._base import FIRST_8X, Version
+from schema.compat import struct_defaults
 from schema.description import TypeExpr, describe, parse_type
 from schema.errors import DocumentInvalid, Issue, UnsupportedMajor, pointer
 from schema.history import CURRENT, format_version
-from schema.io import load, unknown_fields
-from schema.models import ExportedProgram
+from schema.io import Read, read
+from schema.models import STRUCTS, ExportedProgram
 
 #: The one major before ours that JSON-level upgraders exist for.
 UPGRADABLE_MAJOR = 7
@@ -52,6 +52,9 @@ class _NonFinite:
 def upgrade(raw: bytes | str) -> Upgraded:
     """Read a document of any supported schema version as the current one; see `SUPPORTED`."""
     data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    current = _read_current(data)
+    if current is not None:
+        return current
     tree, json_error = _parse(data)
     version = _schema_version(tree)
     if version[0] == CURRENT[0]:
@@ -70,6 +73,24 @@ def upgrade(raw: bytes | str) -> Upgraded:
     raise UnsupportedMajor(
         f"schema version {format_version(version)} is not supported; supported: {SUPPORTED}"
     )
+
+
+def _read_current(data: bytes) -> Upgraded | None:
+    """A valid document of our major, read in one pass; None when the careful path must decide.
+
+    Pydantic's JSON parser takes bare NaN/Infinity tokens, which 8.x documents must not have,
+    so bytes that could hold one go the careful way.
+    """
+    if b"NaN" in data or b"Infinity" in data:
+        return None
+    try:
+        found = read(data, ExportedProgram)
+    except DocumentInvalid:
+        return None
+    declared = found.document.schema_version
+    if declared.major != CURRENT[0]:
+        return None
+    return _upgraded(found, (declared.major, declared.minor), [])
 
 
 def _parse(data: bytes) -> tuple[Any, str | None]:
@@ -112,28 +133,25 @@ def _schema_version(tree: Any) -> Version:
 
 
 def _read(data: bytes, version: Version, steps: list[str]) -> Upgraded:
-    doc = load(data, ExportedProgram)
-    steps = [*steps, *_filled(doc)]
+    return _upgraded(read(data, ExportedProgram), version, steps)
+
+
+def _upgraded(found: Read[ExportedProgram], version: Version, steps: list[str]) -> Upgraded:
+    doc = found.document
+    steps = [*steps, *(_fill_step(path) for path in found.filled)]
     target = version if version[0] == CURRENT[0] and version > CURRENT else CURRENT
     if (doc.schema_version.major, doc.schema_version.minor) != target:
         doc.schema_version.major, doc.schema_version.minor = target
         steps.append(f"schema_version {format_version(version)} -> {format_version(target)}")
     return Upgraded(
-        doc, format_version(version), format_version(target), steps, unknown_fields(doc)
+        doc, format_version(version), format_version(target), steps, found.unknown_fields
     )
 
 
-def _filled(doc: ExportedProgram) -> list[str]:
-    """One step per struct field that the document omits and its default fills."""
-    steps: dict[str, str] = {}
-    for model in iter_models(doc):
-        if not isinstance(model, Struct):
-            continue
-        for name, default in struct_defaults(type(model)).items():
-            path = f"{type(model).__name__}.{name}"
-            if name not in model.model_fields_set and path not in steps:
-                steps[path] = f"filled {path} with {orjson.dumps(default).decode()}"
-    return list(steps.values())
+def _fill_step(path: str) -> str:
+    struct, name = path.split(".")
+    default = struct_defaults(STRUCTS[struct])[name]
+    return f"filled {path} with {orjson.dumps(default).decode()}"
 
 
 # ---------------------------------------------------------------- 7.x -> 8.x

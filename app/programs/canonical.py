@@ -686,16 +686,18 @@ def _canonical_program(doc: ExportedProgram, frozen: frozenset[str]) -> Exported
 
 # ---------------------------------------------------------------- bytes
 
-#: 19 digits in a row might be an integer beyond what orjson parses exactly (it reads integers
-#: past 64 bits as floats); floats never print that many digits, so this rarely fires.
-_LONG_DIGITS = re.compile(rb"\d{19}")
+#: Integers orjson reads exactly; past them it reads a float. Documents hold int64's bounds
+#: (slices to the end), so only the numbers of 19 or more digits are looked at, and floats
+#: never print that many.
+_EXACT = range(-(2**63), 2**64)
+_LONG_DIGITS = re.compile(rb"-?\d{19,}")
 
 
 def canonical_bytes(doc: BaseModel) -> bytes:
     """JSON of `doc` with sorted keys, compact separators, UTF-8, torch's float strings."""
     with _no_cycle_collection():
         wire = dump(doc)
-        if _LONG_DIGITS.search(wire) is None:
+        if _orjson_exact(wire):
             return orjson.dumps(orjson.loads(wire), option=orjson.OPT_SORT_KEYS)
         try:
             data = _wire_floats(doc.model_dump(mode="json"))
@@ -704,6 +706,12 @@ def canonical_bytes(doc: BaseModel) -> bytes:
             raise CanonicalFailure(
                 "integer-out-of-range", f"the document holds an integer beyond 64 bits: {exc}"
             ) from None
+
+
+def _orjson_exact(wire: bytes) -> bool:
+    """Whether orjson reads every integer in `wire` exactly."""
+    # past 21 characters a number cannot be exact, and int() of thousands of digits is slow
+    return all(len(n) <= 21 and int(n) in _EXACT for n in _LONG_DIGITS.findall(wire))
 
 
 def _wire_floats(value: Any) -> Any:

@@ -8,6 +8,7 @@ removes "torch" from `unchecked`).
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import math
@@ -124,13 +125,16 @@ def validate_bytes(
     if bounds:
         return _unread(level, bounds), None
     try:
-        doc = schema.load(data, schema.ExportedProgram)
+        read = schema.read(data, schema.ExportedProgram)
     except schema.DocumentInvalid as exc:
         found = FindingList()
         for issue in exc.issues:
             found.add(issue.code, "error", issue.path, issue.message)
         return _unread(level, found.result()), None
-    return validate_document(doc, level, settings, tensors, pickled), doc
+    report = validate_document(
+        read.document, level, settings, tensors, pickled, unknown=read.unknown_fields
+    )
+    return report, read.document
 
 
 def validate_document(
@@ -139,13 +143,17 @@ def validate_document(
     settings: Settings,
     tensors: Mapping[str, schema.TensorMeta] | None = None,
     pickled: Sequence[str] = (),
+    *,
+    unknown: list[str] | None = None,
 ) -> Report:
-    """Validate a parsed document: unknown fields, then semantics and safety unless `schema`."""
+    """Validate a parsed document: unknown fields (as its read found them, or looked up), then
+    semantics and safety unless the level is `schema`."""
     # screen imports this module for Finding, so it is imported at first use
     from app.programs.screen import custom_namespaces, screen
 
     found = FindingList()
-    unknown = schema.unknown_fields(doc)
+    if unknown is None:
+        unknown = schema.unknown_fields(doc)
     for path in unknown:
         found.add("unknown-field", "warning", path, f"not declared by schema {_CURRENT}; kept")
     graphs: list[tuple[schema.Graph, str]] | None = None
@@ -187,9 +195,12 @@ def _unread(level: Level, findings: list[Finding]) -> Report:
 
 
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
-_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+#: Openers to +1 and closers to -1 as signed bytes, so that C sums the nesting depth.
+_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NODE_KEY = re.compile(rb'"target"\s*:')
-_LONG_NUMBER = re.compile(rb"[0-9]{%d,}" % (MAX_NUMBER_DIGITS + 1))
+#: Digits to 1, all else to 0: a run of too many digits is then a plain substring search.
+_DIGIT_MASK = bytes(int(48 <= b <= 57) for b in range(256))
+_TOO_MANY_DIGITS = b"\x01" * (MAX_NUMBER_DIGITS + 1)
 
 
 #: What check_bounds can find; read_document refuses a document with any of them.
@@ -213,7 +224,7 @@ def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
         ]
     # Dropping escaped backslashes and quotes leaves every remaining quote a string delimiter,
     # so a split alternates structure and string contents, all in C.
-    cleaned = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    cleaned = data.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in data else data
     parts = cleaned.split(b'"')
     found: list[Finding] = []
     longest = max(map(len, itertools.islice(parts, 1, None, 2)), default=0)
@@ -227,7 +238,7 @@ def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
     structure = b"".join(itertools.islice(parts, 0, None, 2))
     del parts
     steps = structure.translate(None, delete=_NOT_BRACKETS).translate(_OPEN_CLOSE)
-    depth = max(itertools.accumulate(step - 1 for step in steps), default=0)
+    depth = max(itertools.accumulate(array.array("b", steps)), default=0)
     if depth > settings.max_json_depth:
         found.append(
             _bound(
@@ -235,13 +246,17 @@ def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
                 f"nested {depth} levels deep; the limit is {settings.max_json_depth}",
             )
         )
-    if _LONG_NUMBER.search(structure):
+    if _TOO_MANY_DIGITS in structure.translate(_DIGIT_MASK):
         found.append(
             _bound(
                 "document-number-too-long", f"a number with more than {MAX_NUMBER_DIGITS} digits"
             )
         )
-    nodes = sum(1 for _ in _NODE_KEY.finditer(cleaned))
+    # the key is counted with a plain search, which can only overcount (a string value
+    # "target" not followed by a colon); the exact count is taken only past the limit
+    nodes = cleaned.count(b'"target"')
+    if nodes > settings.max_nodes:
+        nodes = sum(1 for _ in _NODE_KEY.finditer(cleaned))
     if nodes > settings.max_nodes:
         found.append(
             _bound(

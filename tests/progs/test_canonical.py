@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import random
-import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -485,8 +484,24 @@ def test_bytes_slow_path_matches_fast_path(
 ) -> None:
     docs = [canonicalize(schema.load(zoo_json[name])) for name in PROGRAM_NAMES]
     fast = [canonical_bytes(doc) for doc in docs]
-    monkeypatch.setattr(canonical, "_LONG_DIGITS", re.compile(rb""))
+    monkeypatch.setattr(canonical, "_orjson_exact", lambda wire: False)
     assert [canonical_bytes(doc) for doc in docs] == fast
+
+
+@pytest.mark.parametrize("bound", [-(2**63), 2**63 - 1, 2**64 - 1])
+def test_bytes_64_bit_bounds_take_the_fast_path(
+    bound: int, zoo_json: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def at_bound(doc: dict[str, Any]) -> None:
+        _nodes(doc)[3]["inputs"][1]["arg"] = {"as_int": bound}
+
+    doc = _conv_with(zoo_json, at_bound)
+
+    def slow(value: Any) -> Any:
+        raise AssertionError("the slow path was taken")
+
+    monkeypatch.setattr(canonical, "_wire_floats", slow)
+    assert f'{{"as_int":{bound}}}'.encode() in canonical_bytes(doc)
 
 
 def test_bytes_keep_64_bit_integers_exact(zoo_json: dict[str, bytes]) -> None:
@@ -497,9 +512,10 @@ def test_bytes_keep_64_bit_integers_exact(zoo_json: dict[str, bytes]) -> None:
     assert b'{"as_int":18446744073709551615}' in out
 
 
-def test_bytes_reject_integers_beyond_64_bits(zoo_json: dict[str, bytes]) -> None:
+@pytest.mark.parametrize("number", [2**70, 2**64, -(2**63) - 1])
+def test_bytes_reject_integers_beyond_64_bits(number: int, zoo_json: dict[str, bytes]) -> None:
     def too_big(doc: dict[str, Any]) -> None:
-        _nodes(doc)[3]["inputs"][1]["arg"] = {"as_int": 2**70}
+        _nodes(doc)[3]["inputs"][1]["arg"] = {"as_int": number}
 
     with pytest.raises(CanonicalFailure) as info:
         canonical_bytes(_conv_with(zoo_json, too_big))
