@@ -57,13 +57,25 @@ def test_unknown_keys_are_kept_and_listed(zoo_json: dict[str, bytes]) -> None:
     first_meta = next(iter(raw["graph_module"]["graph"]["tensor_values"]))
     raw["graph_module"]["graph"]["tensor_values"][first_meta]["future_flag"] = True
     raw["graph_module"]["graph"]["nodes"][0]["inputs"][0]["future/x"] = "y"
-    doc = schema.load(orjson.dumps(raw))
-    assert schema.unknown_fields(doc) == [
+    read = schema.read(orjson.dumps(raw))
+    expected = [
         "/graph_module/graph/nodes/0/inputs/0/future~1x",
         f"/graph_module/graph/tensor_values/{first_meta}/future_flag",
         "/future_top",
     ]
-    assert orjson.loads(schema.dump(doc)) == raw
+    # what the read found equals a walk over the models it built
+    assert read.unknown_fields == schema.unknown_fields(read.document) == expected
+    assert orjson.loads(schema.dump(read.document)) == raw
+
+
+def test_unknown_keys_in_a_union_arm_are_still_errors(zoo_json: dict[str, bytes]) -> None:
+    raw = orjson.loads(zoo_json["dynamic"])
+    raw["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"]["future_arm"] = 1
+    with pytest.raises(schema.DocumentInvalid) as info:
+        schema.read(orjson.dumps(raw))
+    assert [(i.code, i.path) for i in info.value.issues] == [
+        ("union-many-arms", "/graph_module/graph/nodes/0/inputs/0/arg")
+    ]
 
 
 def test_older_document_gets_defaults(zoo_json: dict[str, bytes]) -> None:
@@ -72,7 +84,17 @@ def test_older_document_gets_defaults(zoo_json: dict[str, bytes]) -> None:
         del raw[key]
     for node in raw["graph_module"]["graph"]["nodes"]:
         del node["name"]
-    dumped = orjson.loads(schema.dump(schema.load(orjson.dumps(raw))))
+    read = schema.read(orjson.dumps(raw))
+    assert (read.filled, read.unknown_fields) == (
+        [
+            "ExportedProgram.guards_code",
+            "ExportedProgram.torch_version",
+            "ExportedProgram.verifiers",
+            "Node.name",
+        ],
+        [],
+    )
+    dumped = orjson.loads(schema.dump(read.document))
     assert dumped["guards_code"] == []
     assert dumped["torch_version"] == "<=2.4"
     assert all(n["name"] is None for n in dumped["graph_module"]["graph"]["nodes"])
