@@ -386,6 +386,7 @@ def _serve(args: argparse.Namespace) -> int:
         "app.main:app",
         host=args.host or settings.host,
         port=args.port or settings.port,
+        workers=args.workers or settings.http_workers or os.cpu_count() or 1,
         log_level="info",
     )
     return EXIT_OK
@@ -399,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int, help="HTTP server processes (default: one per CPU)")
     serve.set_defaults(run=_serve)
 
     def operation(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:

@@ -15,6 +15,9 @@ class Settings:
 
     host: str = "127.0.0.1"
     port: int = 8000
+    #: HTTP server processes (0: one per CPU). Requests are CPU-bound Python, so one process
+    #: uses one core; each process starts its own torch workers when it first needs them.
+    http_workers: int = 0
     #: torch worker processes (each runs one job at a time).
     workers: int = 2
     #: a torch job is killed past this many seconds.

@@ -341,11 +341,10 @@ def http_row(
     *,
     failure: str | None = None,
     judged: bool = False,
-    variant: str = "",
 ) -> Row:
     """One HTTP load figure against the library loop with as many processes as clients."""
     row = Row(
-        f"HTTP POST {endpoint}, {clients} client{'s' if clients > 1 else ''}{variant}",
+        f"HTTP POST {endpoint}, {clients} client{'s' if clients > 1 else ''}",
         program,
         f"{nodes:,}",
         megabytes(body) + " JSON",

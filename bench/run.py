@@ -90,7 +90,6 @@ class Suite:
     zoo: list[Program]
     weights: list[Program]
     http: list[HttpLoad]
-    diagnostic: bool
     #: library programs measured without deserialize (torch's side of it is slow).
     lean: list[Program] = field(default_factory=list)
 
@@ -117,7 +116,7 @@ def build_suite(cache: Cache, smoke: bool) -> Suite:
     small = decoder_program(cache, 2)
     if smoke:
         weights = [weights_program(cache, 1, 256), weights_program(cache, 4, 256)]
-        return Suite([small], [], [], weights, [HttpLoad(small, (1, 2), 0.5, 5)], False)
+        return Suite([small], [], [], weights, [HttpLoad(small, (1, 2), 0.5, 5)])
     base = decoder_program(cache, 20)
     decomposed = tiled_program(cache, decoder_program(cache, 3, decomposed=True), 20)
     library = [small, base, decomposed, tiled_program(cache, base, 100)]
@@ -146,7 +145,7 @@ def build_suite(cache: Cache, smoke: bool) -> Suite:
             "CPU here, so 4 or 16 clients would take minutes per endpoint.",
         ),
     ]
-    return Suite(library, large, zoo, weights, http, True, [decomposed])
+    return Suite(library, large, zoo, weights, http, [decomposed])
 
 
 @contextmanager
@@ -184,11 +183,10 @@ def zoo_rows(zoo: list[Program], measured: list[dict[str, Measured]]) -> list[Ro
 
 
 def http_rows(suite: Suite) -> list[Row]:
-    """Every HTTP figure: endpoints x documents x concurrency, plus a multi-worker diagnostic."""
+    """Every HTTP figure: endpoints x documents x concurrency."""
     settings = Settings.from_env()
     rows: list[Row] = []
     server = service.start_server()
-    judged_library: service.Load | None = None
     try:
         for load in suite.http:
             program, body = load.program, load.program.document
@@ -202,8 +200,6 @@ def http_rows(suite: Suite) -> list[Row]:
                         endpoint, body, settings, clients, load.window, load.limit
                     )
                     judged = endpoint.name == "/v1/validate" and clients == 4 and load.judged
-                    if judged:
-                        judged_library = in_loop
                     row = http_row(
                         endpoint.name,
                         program.name,
@@ -220,37 +216,7 @@ def http_rows(suite: Suite) -> list[Row]:
                 rows[-1].notes.append(load.note)
     finally:
         service.stop_server(server)
-    if suite.diagnostic and judged_library is not None:
-        rows.append(_diagnostic(suite, judged_library))
     return rows
-
-
-def _diagnostic(suite: Suite, library: service.Load) -> Row:
-    """The judged configuration once more on uvicorn with 2 worker processes."""
-    program = next(load.program for load in suite.http if load.judged)
-    endpoint = service.ENDPOINTS[0]
-    progress("HTTP diagnostic: uvicorn --workers 2")
-    server = service.start_server(workers=2)
-    try:
-        service.http_load(server, endpoint, program.document, 4, 1.0, 5000)  # warm both workers
-        load = service.http_load(server, endpoint, program.document, 4, 2.0, 5000)
-    finally:
-        service.stop_server(server)
-    row = http_row(
-        endpoint.name,
-        program.name,
-        program.nodes,
-        len(program.document),
-        4,
-        load,
-        library,
-        failure=service.check(endpoint, load, library),
-        variant=" (diagnostic: uvicorn --workers 2, not how pt2serde serve runs)",
-    )
-    row.notes.append(
-        "The diagnostic row reuses the library-loop figure of the judged row above it."
-    )
-    return row
 
 
 def main(argv: list[str] | None = None) -> int:

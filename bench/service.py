@@ -112,8 +112,8 @@ def _free_port() -> int:
         return port
 
 
-def start_server(workers: int = 0) -> Server:
-    """`pt2serde serve` (or uvicorn with `workers` processes) on a free port, once healthy."""
+def start_server() -> Server:
+    """`pt2serde serve`, as configured by default, on a free port once healthy."""
     port = _free_port()
     tmp = Path(tempfile.mkdtemp(prefix="pt2serde-bench-"))
     env = {
@@ -124,19 +124,6 @@ def start_server(workers: int = 0) -> Server:
         "PYTHONPATH": str(ROOT),
     }
     command = [sys.executable, "-m", "app.cli", "serve"]
-    if workers:
-        command = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "app.main:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ]
     with (tmp / "server.log").open("wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
     server = Server("127.0.0.1", port, process, tmp)
