@@ -5,7 +5,8 @@ central-directory entry (encryption, method, name, file type, zip64 fields, dupl
 per-member compression ratio), the declared total, the single root, then every local header
 and data descriptor against its directory entry, then overlaps between members. Members are
 inflated only by `iter_member`, in a streaming loop capped at the declared size, with the
-size and CRC-32 checked at the end.
+size and CRC-32 checked at the end; a member of several blocks is read (and checked) a few
+blocks ahead on a helper thread, so the check overlaps the consumer's work (see readahead).
 
 Ratio rule: a member whose declared uncompressed size is over `RATIO_FLOOR` (1 MiB) is
 refused when that size is more than `settings.max_member_ratio` times its compressed size.
@@ -22,12 +23,13 @@ import stat
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO
 
 from app.archive.errors import ArchiveFailure
+from app.archive.readahead import read_ahead
 from app.settings import Settings
 
 MiB = 1024 * 1024
@@ -65,6 +67,8 @@ _METHOD_AES = 99
 #: comment included); beyond it the directory itself would be a memory hazard.
 _MAX_CENTRAL_BYTES_PER_ENTRY = 8 * 1024
 _READ_BLOCK = 256 * 1024
+#: blocks a member's reader thread may run ahead of the consumer (see readahead).
+_READ_AHEAD = 2
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
 
 
@@ -240,11 +244,13 @@ class ZipReader:
                 "archive-missing-member", f"no member named {_show(name)}"
             ) from None
 
-    def iter_member(self, name: str, chunk: int = MiB) -> Iterator[bytes]:
+    def iter_member(self, name: str, chunk: int = MiB) -> Generator[bytes, None, None]:
         """Stream a member's bytes in chunks of at most `chunk`; size and CRC checked at the end.
 
         The last iteration raises on a size or CRC mismatch, so a consumer must exhaust the
-        iterator before it trusts what it received.
+        iterator before it trusts what it received. A member of more than one chunk is read
+        and checked on a helper thread, ahead of the consumer; closing the generator (or
+        dropping it) ends that thread.
         """
         if chunk <= 0:
             raise ValueError("chunk must be positive")
@@ -298,23 +304,21 @@ class ZipReader:
 
     # -- streaming --------------------------------------------------------------------------
 
-    def _stream(self, member: ZipMember, chunk: int) -> Iterator[bytes]:
+    def _stream(self, member: ZipMember, chunk: int) -> Generator[bytes, None, None]:
+        checked = self._checked(member, chunk)
+        # One block has nothing to overlap with; a helper thread would only cost its start.
+        return checked if member.size <= chunk else read_ahead(checked, _READ_AHEAD)
+
+    def _checked(self, member: ZipMember, chunk: int) -> Generator[bytes, None, None]:
+        blocks = (
+            self._stored(member, chunk) if member.method == STORED else self._inflate(member, chunk)
+        )
         crc = 0
         produced = 0
-        if member.method == STORED:
-            pos, end = member.data_offset, member.data_offset + member.size
-            while pos < end:
-                step = min(chunk, end - pos)
-                block = self._src.read_at(pos, step)
-                pos += step
-                crc = zlib.crc32(block, crc)
-                produced += step
-                yield block
-        else:
-            for block in self._inflate(member, chunk):
-                crc = zlib.crc32(block, crc)
-                produced += len(block)
-                yield block
+        for block in blocks:
+            crc = zlib.crc32(block, crc)
+            produced += len(block)
+            yield block
         if produced != member.size:
             raise ArchiveFailure(
                 "archive-size-mismatch",
@@ -325,6 +329,13 @@ class ZipReader:
                 "archive-crc-mismatch",
                 f"member {_show(member.name)} has CRC-32 {crc:08x}, declares {member.crc:08x}",
             )
+
+    def _stored(self, member: ZipMember, chunk: int) -> Iterator[bytes]:
+        pos, end = member.data_offset, member.data_offset + member.size
+        while pos < end:
+            step = min(chunk, end - pos)
+            yield self._src.read_at(pos, step)
+            pos += step
 
     def _inflate(self, member: ZipMember, chunk: int) -> Iterator[bytes]:
         inflater = zlib.decompressobj(-15)
