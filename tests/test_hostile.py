@@ -1,18 +1,22 @@
-"""Hostile archives through the four operations: refused with their codes, nothing run."""
+"""Hostile archives through the four operations and a registry push: refused with their codes,
+nothing run, nothing stored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from app import operations as ops
 from app.failure import Failure
+from app.registry import Registry, RegistryFailure, prepare
 from app.settings import Settings
 from schema import SchemaError
 from tests.hostile import HOSTILE, Hostile, audited
 from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
+from tests.registry.conftest import stored_files
 
 SETTINGS = Settings()
 
@@ -55,6 +59,39 @@ OPERATIONS: dict[str, Callable[[bytes], object]] = {
     "validate": _validate,
     "deserialize": _deserialize,
 }
+PUSH = "registry-push"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A registry (SQLite) of this module's own, for pushes that must leave nothing stored."""
+    opened = Registry(Settings(data_dir=tmp_path_factory.mktemp("registry")))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _push(registry: Registry, data: bytes) -> object:
+    """Stage, vet and store an upload as the push route does; the staged file never outlives it.
+    A program found invalid is refused as its first error, like a refusal by `_validate`."""
+    staged = registry.blobs.stage_bytes(data)
+    try:
+        try:
+            candidate = prepare(staged.path, SETTINGS, _NoTorch())
+        except RegistryFailure as failure:
+            if failure.code != "invalid-program":
+                raise
+            raise Failure(failure.issues[0].code, failure.issues[0].message) from None
+        return registry.push("hostile", staged, candidate)
+    finally:
+        staged.discard()
+
+
+@pytest.fixture(scope="module")
+def runs(registry: Registry) -> dict[str, Callable[[bytes], object]]:
+    """Every path a payload is submitted through, by name."""
+    return {**OPERATIONS, PUSH: functools.partial(_push, registry)}
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +100,41 @@ def archives(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def warmed(archives: dict[str, bytes], tmp_path_factory: pytest.TempPathFactory) -> None:
+def warmed(
+    archives: dict[str, bytes],
+    runs: dict[str, Callable[[bytes], object]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     """Run every path once unaudited, so lazy imports are not counted against the payloads."""
     marker = tmp_path_factory.mktemp("warm") / "marker"
     for hostile in HOSTILE:
-        for run in OPERATIONS.values():
+        for run in runs.values():
             try:
                 run(hostile.build(archives, marker))
             except (Failure, SchemaError):
                 pass
 
 
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", [*OPERATIONS, PUSH])
 @pytest.mark.parametrize("hostile", HOSTILE, ids=[h.name for h in HOSTILE])
 @pytest.mark.usefixtures("warmed")
 def test_refused_and_nothing_runs(
-    hostile: Hostile, operation: str, archives: dict[str, bytes], tmp_path: Path
+    hostile: Hostile,
+    operation: str,
+    archives: dict[str, bytes],
+    runs: dict[str, Callable[[bytes], object]],
+    registry: Registry,
+    tmp_path: Path,
 ) -> None:
     marker = tmp_path / "marker"
     data = hostile.build(archives, marker)
     with audited() as events, pytest.raises(Failure) as info:
-        OPERATIONS[operation](data)
+        runs[operation](data)
     assert info.value.code == hostile.code, info.value.message
     assert events == []
     assert not marker.exists()
+    assert stored_files(registry.settings.data_dir) == {"blobs": [], "staged": []}
+    assert registry.models(limit=10).models == []
 
 
 def test_clean_archives_pass_every_operation(archives: dict[str, bytes]) -> None:

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, BinaryIO
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
-from python_multipart import MultipartParser
-from python_multipart.multipart import parse_options_header
-from starlette.requests import ClientDisconnect
 
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
 from app.api.docs import request_body
 from app.api.problems import ServiceError, problem_responses
+from app.api.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.archive import open_archive
 from app.programs.diff import ProgramDiff
 from app.registry import (
@@ -93,107 +91,40 @@ def registry_of(request: Request) -> Registry:
 RegistryDep = Annotated[Registry, Depends(registry_of)]
 
 
-class _FilePart:
-    """python-multipart callbacks that write the one file part into a staged blob."""
+class _ArchivePart:
+    """The form's one part, the .pt2 (field `file` or `archive`), written into the staged blob."""
 
     def __init__(self, staged: Staged) -> None:
         self.staged = staged
-        self.found = 0
-        self._writing = False
-        self._field = b""
-        self._value = b""
-        self._headers: dict[bytes, bytes] = {}
+        self.found = False
 
-    def on_part_begin(self) -> None:
-        self._headers = {}
-
-    def on_header_field(self, data: bytes, start: int, end: int) -> None:
-        self._field += data[start:end]
-
-    def on_header_value(self, data: bytes, start: int, end: int) -> None:
-        self._value += data[start:end]
-
-    def on_header_end(self) -> None:
-        self._headers[self._field.lower()] = self._value
-        self._field, self._value = b"", b""
-
-    def on_headers_finished(self) -> None:
-        _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
-        name = options.get(b"name", b"").decode("utf-8", "replace")
-        if name not in _FILE_PARTS or self.found:
+    def begin_part(self, header: PartHeader) -> Callable[[bytes], object]:
+        """The staged blob's writer, for the first archive field only."""
+        if header.name not in _FILE_PARTS or self.found:
             raise ServiceError(
-                "bad-multipart", f"send one form field 'file' with the .pt2, not {name!r}"
+                "bad-multipart", f"send one form field 'file' with the .pt2, not {header.name!r}"
             )
-        self.found += 1
-        self._writing = True
+        self.found = True
+        return self.staged.write
 
-    def on_part_data(self, data: bytes, start: int, end: int) -> None:
-        if self._writing:
-            self.staged.write(data[start:end])
-
-    def on_part_end(self) -> None:
-        self._writing = False
-
-    def callbacks(self) -> dict[str, Any]:
-        """The callbacks by python-multipart's names."""
-        return {
-            name: getattr(self, name)
-            for name in (
-                "on_part_begin",
-                "on_header_field",
-                "on_header_value",
-                "on_header_end",
-                "on_headers_finished",
-                "on_part_data",
-                "on_part_end",
-            )
-        }
+    def end_part(self, header: PartHeader, size: int) -> None:
+        """Nothing to close: the staged blob is finished (fsynced) once the body is whole."""
 
 
 async def _receive(request: Request, staged: Staged, limit: int) -> None:
     """Stream the body (a .pt2, raw or as the form field `file`) into `staged`, capped."""
-    declared, options = parse_options_header(request.headers.get("content-type", ""))
-    media = declared.decode().lower()
-    if media not in _ARCHIVE_TYPES and media != "multipart/form-data":
+    media, options = content_type(request)
+    if media == "multipart/form-data":
+        splitter = FormSplitter(options.get(b"boundary"), _ArchivePart(staged))
+        await stream_body(request, limit, splitter.feed)
+        splitter.finish()
+    elif media in _ARCHIVE_TYPES:
+        await stream_body(request, limit, staged.write)
+    else:
         raise ServiceError(
             "unsupported-media-type",
             f"send a .pt2 as application/zip or multipart/form-data, not {media!r}",
         )
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise ServiceError("payload-too-large", f"the body is over the limit of {limit} bytes")
-    parser: MultipartParser | None = None
-    form: _FilePart | None = None
-    if media == "multipart/form-data":
-        boundary = options.get(b"boundary")
-        if not boundary:
-            raise ServiceError("bad-multipart", "the multipart body has no boundary")
-        form = _FilePart(staged)
-        parser = MultipartParser(boundary, form.callbacks())  # type: ignore[arg-type]
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ServiceError(
-                    "payload-too-large", f"the body is over the limit of {limit} bytes"
-                )
-            if parser is None:
-                staged.write(chunk)
-            else:
-                parser.write(chunk)
-        if parser is not None:
-            parser.finalize()
-    except ClientDisconnect:
-        raise ServiceError("bad-request", "the client disconnected mid-upload") from None
-    except ServiceError:
-        raise
-    except Exception as exc:  # python-multipart raises several error types for bad bodies
-        raise ServiceError("bad-multipart", f"the multipart body cannot be read: {exc}") from None
-    if form is not None and not form.found:
-        raise ServiceError("missing-part", "expected a form field 'file' with the .pt2")
-    if staged.size == 0:
-        raise ServiceError("bad-request", "the request body is empty")
     await run_in_threadpool(staged.finish)
     if staged.head(2) != b"PK":
         raise ServiceError("unsupported-media-type", "the body is not a .pt2 (zip) archive")

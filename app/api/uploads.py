@@ -1,18 +1,20 @@
-"""Request bodies streamed to temporary files with the size cap checked while reading.
+"""Request bodies streamed to files with the size cap checked while reading.
 
 A body is a `.pt2` (application/zip), a JSON document (application/json), or a multipart form
-whose parts are either. Temporary files are removed when the request ends, whatever happens.
+whose parts are either. `receive` puts them in a temporary folder removed when the request ends,
+whatever happens; `stream_body` and `FormSplitter` also serve routes that keep an upload (the
+registry streams its archive straight into its staging area).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, Protocol
 
 from fastapi import Request
 from python_multipart import MultipartParser
@@ -28,7 +30,15 @@ _ZIP_TYPES = {"application/zip", "application/x-zip-compressed"}
 _OPAQUE_TYPES = {"", "application/octet-stream"}
 _JSON_TYPES = {"application/json"}
 _YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
-_CHUNK = 1 << 20
+_CALLBACKS = (
+    "on_part_begin",
+    "on_header_field",
+    "on_header_value",
+    "on_header_end",
+    "on_headers_finished",
+    "on_part_data",
+    "on_part_end",
+)
 
 
 @dataclass
@@ -80,19 +90,28 @@ def sniff(head: bytes) -> Media | None:
     return None
 
 
-async def _spool(request: Request, target: Path, limit: int) -> int:
+def content_type(request: Request) -> tuple[str, dict[bytes, bytes]]:
+    """The request's declared media type (lowercase, "" when absent) and its parameters."""
+    declared, options = parse_options_header(request.headers.get("content-type", ""))
+    return declared.decode("latin-1").lower(), options
+
+
+async def stream_body(request: Request, limit: int, write: Callable[[bytes], object]) -> int:
+    """Feed the request body to `write` as it arrives; its size, refused over `limit` or empty."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ServiceError("payload-too-large", f"the body is over the limit of {limit} bytes")
     size = 0
-    with target.open("wb") as out:
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise ServiceError(
-                        "payload-too-large", f"the body is over the limit of {limit} bytes"
-                    )
-                out.write(chunk)
-        except ClientDisconnect:
-            raise ServiceError("bad-request", "the client disconnected mid-upload") from None
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ServiceError(
+                    "payload-too-large", f"the body is over the limit of {limit} bytes"
+                )
+            write(chunk)
+    except ClientDisconnect:
+        raise ServiceError("bad-request", "the client disconnected mid-upload") from None
     if size == 0:
         raise ServiceError("bad-request", "the request body is empty")
     return size
@@ -114,58 +133,126 @@ def _media(declared: str, path: Path) -> Media:
     return sniffed
 
 
-class _FormSplitter:
-    """python-multipart callbacks that write each form part to its own file."""
+@dataclass(frozen=True)
+class PartHeader:
+    """What a form part's headers say: its field name, file name and declared media type."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.parts: list[Part] = []
+    name: str
+    filename: str
+    content_type: str
+
+
+class PartTarget(Protocol):
+    """Where the parts of a form go as they arrive."""
+
+    def begin_part(self, header: PartHeader) -> Callable[[bytes], object]:
+        """The writer of this part's bytes; a ServiceError refuses the part."""
+
+    def end_part(self, header: PartHeader, size: int) -> None:
+        """The part's last byte was written (it had `size` bytes, at least one)."""
+
+
+class FormSplitter:
+    """A multipart/form-data body, fed as it arrives, split into parts written through `target`."""
+
+    def __init__(self, boundary: bytes | None, target: PartTarget) -> None:
+        if not boundary:
+            raise ServiceError("bad-multipart", "the multipart body has no boundary")
+        self.target = target
+        self._count = 0
         self._field = b""
         self._value = b""
         self._headers: dict[bytes, bytes] = {}
-        self._name = ""
-        self._filename = ""
-        self._type = ""
-        self._path: Path | None = None
-        self._file: BinaryIO | None = None
+        self._header: PartHeader | None = None
+        self._write: Callable[[bytes], object] | None = None
         self._size = 0
+        callbacks = {name: getattr(self, f"_{name}") for name in _CALLBACKS}
+        self._parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
 
-    def on_part_begin(self) -> None:
+    def feed(self, chunk: bytes) -> None:
+        """Parse the next bytes of the body."""
+        self._guarded(self._parser.write, chunk)
+
+    def finish(self) -> None:
+        """Check that the body ended properly and held at least one part."""
+        self._guarded(self._parser.finalize)
+        if not self._count:
+            raise ServiceError("bad-multipart", "the multipart body has no parts")
+
+    @staticmethod
+    def _guarded(step: Callable[..., object], *args: bytes) -> None:
+        try:
+            step(*args)
+        except ServiceError:
+            raise
+        except Exception as exc:  # python-multipart raises several error types for bad bodies
+            message = f"the multipart body cannot be read: {exc}"
+            raise ServiceError("bad-multipart", message) from None
+
+    def _on_part_begin(self) -> None:
         self._headers = {}
 
-    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+    def _on_header_field(self, data: bytes, start: int, end: int) -> None:
         self._field += data[start:end]
 
-    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+    def _on_header_value(self, data: bytes, start: int, end: int) -> None:
         self._value += data[start:end]
 
-    def on_header_end(self) -> None:
+    def _on_header_end(self) -> None:
         self._headers[self._field.lower()] = self._value
         self._field, self._value = b"", b""
 
-    def on_headers_finished(self) -> None:
+    def _on_headers_finished(self) -> None:
         _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
-        self._name = options.get(b"name", b"").decode("utf-8", "replace")
-        if not self._name:
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        if not name:
             raise ServiceError("bad-multipart", "a form part has no name")
-        self._filename = options.get(b"filename", b"").decode("utf-8", "replace")
-        self._type = parse_options_header(self._headers.get(b"content-type", b""))[0].decode()
-        self._path = self.folder / f"part-{len(self.parts)}"
-        self._file = self._path.open("wb")
+        declared = parse_options_header(self._headers.get(b"content-type", b""))[0]
+        self._header = PartHeader(
+            name,
+            options.get(b"filename", b"").decode("utf-8", "replace"),
+            declared.decode("latin-1").lower(),
+        )
+        self._write = self.target.begin_part(self._header)
         self._size = 0
 
-    def on_part_data(self, data: bytes, start: int, end: int) -> None:
-        assert self._file is not None
-        self._file.write(data[start:end])
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        assert self._write is not None
+        self._write(data[start:end])
         self._size += end - start
 
-    def on_part_end(self) -> None:
+    def _on_part_end(self) -> None:
+        assert self._header is not None
+        header, self._header, self._write = self._header, None, None
+        if self._size == 0:
+            raise ServiceError("bad-request", f"the form part {header.name!r} is empty")
+        self._count += 1
+        self.target.end_part(header, self._size)
+
+
+class _PartFiles:
+    """Each form part to a file of its own in `folder`, with its media decided once written."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.parts: dict[str, Part] = {}
+        self._file: BinaryIO | None = None
+        self._path: Path | None = None
+
+    def begin_part(self, header: PartHeader) -> Callable[[bytes], object]:
+        """A new file for the part (a field may come once)."""
+        if header.name in self.parts:
+            raise ServiceError("bad-multipart", f"the form field {header.name!r} is repeated")
+        self._path = self.folder / f"part-{len(self.parts)}"
+        self._file = self._path.open("wb")
+        return self._file.write
+
+    def end_part(self, header: PartHeader, size: int) -> None:
+        """Close the part's file and decide its media."""
         assert self._path is not None
         self.close()
-        if self._size == 0:
-            raise ServiceError("bad-request", f"the form part {self._name!r} is empty")
-        media = _media(self._type, self._path)
-        self.parts.append(Part(self._name, self._path, self._size, media, self._filename))
+        media = _media(header.content_type, self._path)
+        self.parts[header.name] = Part(header.name, self._path, size, media, header.filename)
 
     def close(self) -> None:
         """Close the part being written, if any."""
@@ -174,42 +261,10 @@ class _FormSplitter:
             self._file = None
 
 
-def _split_multipart(source: Path, boundary: bytes, folder: Path) -> list[Part]:
-    splitter = _FormSplitter(folder)
-    callbacks = {
-        name: getattr(splitter, name)
-        for name in (
-            "on_part_begin",
-            "on_header_field",
-            "on_header_value",
-            "on_header_end",
-            "on_headers_finished",
-            "on_part_data",
-            "on_part_end",
-        )
-    }
-    parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
-    try:
-        with source.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                parser.write(chunk)
-        parser.finalize()
-    except ServiceError:
-        raise
-    except Exception as exc:  # python-multipart raises several error types for bad bodies
-        raise ServiceError("bad-multipart", f"the multipart body cannot be read: {exc}") from None
-    finally:
-        splitter.close()
-    if not splitter.parts:
-        raise ServiceError("bad-multipart", "the multipart body has no parts")
-    return splitter.parts
-
-
 @asynccontextmanager
 async def receive(request: Request, settings: Settings) -> AsyncIterator[Upload]:
     """The request's parts on disk, removed when the context ends, whatever happens."""
-    declared, options = parse_options_header(request.headers.get("content-type", ""))
-    media_type = declared.decode().lower()
+    media_type, options = content_type(request)
     accepted = _ZIP_TYPES | _JSON_TYPES | _OPAQUE_TYPES | {"multipart/form-data"}
     if media_type not in accepted or not media_type:
         raise ServiceError(
@@ -217,27 +272,22 @@ async def receive(request: Request, settings: Settings) -> AsyncIterator[Upload]
             "send application/zip, application/json or multipart/form-data, "
             f"not {media_type or 'nothing'!r}",
         )
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > settings.max_upload_bytes:
-        raise ServiceError(
-            "payload-too-large", f"the body is over the limit of {settings.max_upload_bytes} bytes"
-        )
+    limit = settings.max_upload_bytes
     folder = Path(tempfile.mkdtemp(prefix="pt2serde-upload-"))
     try:
-        raw = folder / "body"
-        size = await _spool(request, raw, settings.max_upload_bytes)
-        upload = Upload()
         if media_type == "multipart/form-data":
-            boundary = options.get(b"boundary")
-            if not boundary:
-                raise ServiceError("bad-multipart", "the multipart body has no boundary")
-            for part in _split_multipart(raw, boundary, folder):
-                if part.name in upload.parts:
-                    raise ServiceError("bad-multipart", f"the form field {part.name!r} is repeated")
-                upload.parts[part.name] = part
-            raw.unlink()
+            files = _PartFiles(folder)
+            try:
+                splitter = FormSplitter(options.get(b"boundary"), files)
+                await stream_body(request, limit, splitter.feed)
+                splitter.finish()
+            finally:
+                files.close()
+            yield Upload(files.parts)
         else:
-            upload.parts["body"] = Part("body", raw, size, _media(media_type, raw))
-        yield upload
+            raw = folder / "body"
+            with raw.open("wb") as out:
+                size = await stream_body(request, limit, out.write)
+            yield Upload({"body": Part("body", raw, size, _media(media_type, raw))})
     finally:
         shutil.rmtree(folder, ignore_errors=True)

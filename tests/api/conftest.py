@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,9 @@ from tests.conftest import ROOT
 
 #: Small limits so that the limit tests stay small; everything else is the default.
 SERVER_ENV = {
+    # one HTTP process, so that tests can find its torch workers among its children;
+    # test_workers.py runs two
+    "PT2SERDE_HTTP_WORKERS": "1",
     "PT2SERDE_WORKERS": "2",
     "PT2SERDE_MAX_UPLOAD_BYTES": str(8 * 1024 * 1024),
     "PT2SERDE_JOB_TIMEOUT_S": "60",
@@ -39,32 +43,39 @@ class Server:
         return httpx.Client(base_url=self.url, timeout=timeout)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
 
 
-def start_server(env: dict[str, str]) -> Server:
-    """Start `pt2serde serve` on a free port and wait until /healthz answers."""
-    port = _free_port()
+def start_server(env: dict[str, str], command: tuple[str, ...] = ("app.cli", "serve")) -> Server:
+    """Start `pt2serde serve` (or `python -m <command>`) on a free port; return once /healthz
+    answers.
+
+    `env` may name its own PT2SERDE_DATA_DIR (a registry backend's); by default the data lives
+    in the server's temporary directory. The server leads a process group of its own, so that
+    a test can kill it together with its torch workers."""
+    port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="pt2serde-test-"))
     full_env = {
         **os.environ,
+        "PT2SERDE_DATA_DIR": str(tmp / "data"),
         **env,
         "PT2SERDE_PORT": str(port),
-        "PT2SERDE_DATA_DIR": str(tmp / "data"),
         "TMPDIR": str(tmp),
         "PYTHONPATH": str(ROOT),
     }
     with (tmp / "server.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"],
+            [sys.executable, "-m", *command],
             cwd=ROOT,
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -75,8 +86,9 @@ def start_server(env: dict[str, str]) -> Server:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return Server(url, process, tmp)
         except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
+            time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
     raise RuntimeError("the server did not start in 60 s")
 
 

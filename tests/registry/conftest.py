@@ -14,10 +14,8 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import zipfile
@@ -26,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 
@@ -34,8 +31,7 @@ from app import operations as ops
 from app.bridge import jobs
 from app.registry import Registry
 from app.settings import Settings
-from tests.api.conftest import Server
-from tests.conftest import ROOT
+from tests.api.conftest import Server, free_port, start_server
 from tests.programs import ZooProgram, archive_bytes
 
 PG_SUPERUSER = "postgres"
@@ -47,13 +43,8 @@ _PG_MISSING = (
     "(Debian/Ubuntu: apt-get install -y postgresql)"
 )
 _databases = itertools.count()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+#: How long the processes of a SIGKILLed server may take to die.
+KILL_TIMEOUT_S = 30.0
 
 
 def _pg_bin() -> Path:
@@ -145,7 +136,7 @@ def postgres() -> Iterator[Postgres]:
     if init.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"initdb failed:\n{init.stdout}\n{init.stderr}", pytrace=False)
-    server = Postgres(_free_port(), root, run_as, bin_dir)
+    server = Postgres(free_port(), root, run_as, bin_dir)
     options = (
         f"-p {server.port} -k {root / 'sockets'} -c listen_addresses=127.0.0.1 "
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
@@ -272,49 +263,41 @@ class RegistryServer(Server):
     backend: Backend | None = None
 
 
+#: One torch worker is enough for the registry's pushes.
+REGISTRY_ENV = {"PT2SERDE_WORKERS": "1", "PT2SERDE_WORKER_IMPORTS": "tests.bridge.zoo_ops"}
+
+
 def start_registry_server(backend: Backend, env: dict[str, str] | None = None) -> RegistryServer:
     """Start the service (`pt2serde serve`) on a free port with this backend."""
-    port = _free_port()
-    tmp = Path(tempfile.mkdtemp(prefix="pt2serde-regtest-"))
-    full_env = {
-        **os.environ,
-        "PT2SERDE_WORKERS": "1",
-        "PT2SERDE_WORKER_IMPORTS": "tests.bridge.zoo_ops",
-        **backend.server_env(),
-        **(env or {}),
-        "PT2SERDE_PORT": str(port),
-        "TMPDIR": str(tmp),
-        "PYTHONPATH": str(ROOT),
-    }
-    with (tmp / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"],
-            cwd=ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError((tmp / "server.log").read_text())
+    started = start_server({**REGISTRY_ENV, **backend.server_env(), **(env or {})})
+    return RegistryServer(started.url, started.process, started.tmp, backend)
+
+
+def _group_running(group: int) -> bool:
+    """Whether a process of the process group is still running: zombies have closed their
+    files, so they hold no staging lock; an orphan's zombie may wait long for its reaper."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return RegistryServer(url, process, tmp, backend)
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    kill_server(RegistryServer(url, process, tmp, backend))
-    raise RuntimeError("the server did not start in 60 s")
+            state, _, pgrp = stat.read_text().rpartition(")")[2].split()[:3]
+        except OSError:  # the process ended while the loop ran
+            continue
+        if int(pgrp) == group and state not in ("Z", "X"):
+            return True
+    return False
 
 
 def kill_server(server: Server) -> None:
-    """SIGKILL the server process, then whatever of its torch workers outlives it."""
+    """SIGKILL the server process, then its HTTP and torch worker processes; return once they
+    are all gone, as a crashed host's would be (a process dies only when it leaves the kernel,
+    e.g. an fsync, and until then it holds its staging lock)."""
     server.process.send_signal(signal.SIGKILL)
     server.process.wait()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(server.process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while _group_running(server.process.pid):
+        assert time.monotonic() < deadline, "the killed server's processes are still running"
+        time.sleep(0.01)
     shutil.rmtree(server.tmp, ignore_errors=True)
 
 
