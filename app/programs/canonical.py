@@ -38,7 +38,6 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-import re
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from operator import itemgetter
@@ -48,6 +47,7 @@ import orjson
 from pydantic import BaseModel
 
 from app.failure import Failure
+from app.programs.validation import digit_runs
 from schema import Issue, dump
 from schema.errors import pointer
 from schema.models import (
@@ -687,10 +687,10 @@ def _canonical_program(doc: ExportedProgram, frozen: frozenset[str]) -> Exported
 # ---------------------------------------------------------------- bytes
 
 #: Integers orjson reads exactly; past them it reads a float. Documents hold int64's bounds
-#: (slices to the end), so only the numbers of 19 or more digits are looked at, and floats
-#: never print that many.
+#: (slices to the end), so only the numbers of 19 or more digits are looked at (floats never
+#: print that many), and u64's 20 digits are the most an exact one has.
 _EXACT = range(-(2**63), 2**64)
-_LONG_DIGITS = re.compile(rb"-?\d{19,}")
+_MIN_LONG, _MAX_DIGITS = 19, 20
 
 
 def canonical_bytes(doc: BaseModel) -> bytes:
@@ -710,8 +710,11 @@ def canonical_bytes(doc: BaseModel) -> bytes:
 
 def _orjson_exact(wire: bytes) -> bool:
     """Whether orjson reads every integer in `wire` exactly."""
-    # past 21 characters a number cannot be exact, and int() of thousands of digits is slow
-    return all(len(n) <= 21 and int(n) in _EXACT for n in _LONG_DIGITS.findall(wire))
+    for start, end in digit_runs(wire, _MIN_LONG):
+        signed = start - (start > 0 and wire[start - 1] == ord("-"))
+        if end - start > _MAX_DIGITS or int(wire[signed:end]) not in _EXACT:
+            return False
+    return True
 
 
 def _wire_floats(value: Any) -> Any:

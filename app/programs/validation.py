@@ -198,9 +198,20 @@ _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 #: Openers to +1 and closers to -1 as signed bytes, so that C sums the nesting depth.
 _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NODE_KEY = re.compile(rb'"target"\s*:')
-#: Digits to 1, all else to 0: a run of too many digits is then a plain substring search.
+#: Digits to 1, all else to 0: runs of digits are then plain substring searches.
 _DIGIT_MASK = bytes(int(48 <= b <= 57) for b in range(256))
-_TOO_MANY_DIGITS = b"\x01" * (MAX_NUMBER_DIGITS + 1)
+
+
+def digit_runs(data: bytes, at_least: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of every run of `at_least` or more ASCII digits in `data`, in order."""
+    mask = data.translate(_DIGIT_MASK)
+    run = b"\x01" * at_least
+    start = mask.find(run)
+    while start != -1:
+        end = mask.find(b"\x00", start)
+        end = len(mask) if end == -1 else end
+        yield start, end
+        start = mask.find(run, end)
 
 
 #: What check_bounds can find; read_document refuses a document with any of them.
@@ -246,7 +257,7 @@ def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
                 f"nested {depth} levels deep; the limit is {settings.max_json_depth}",
             )
         )
-    if _TOO_MANY_DIGITS in structure.translate(_DIGIT_MASK):
+    if next(digit_runs(structure, MAX_NUMBER_DIGITS + 1), None) is not None:
         found.append(
             _bound(
                 "document-number-too-long", f"a number with more than {MAX_NUMBER_DIGITS} digits"
