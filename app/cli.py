@@ -123,17 +123,22 @@ def _serialize(args: argparse.Namespace) -> int:
 
 def _deserialize(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    weights = Path(args.weights).read_bytes() if args.weights else None
-    with _source(args, settings) as source, _pool(settings) as pool:
-        tensors = ops.weights_from(weights, source, args.model)
-        _step(args, f"building the program with torch ({len(tensors)} tensors)")
-        data = ops.deserialize(source, tensors, settings, pool, args.model)
-    _write_atomic(args.output, data)
-    _emit(
-        args,
-        {"output": args.output, "bytes": len(data)},
-        f"wrote {args.output} ({len(data)} bytes)",
-    )
+    weights = Path(args.weights) if args.weights else None
+    output = Path(args.output)
+    # the worker writes a file beside the output, renamed over it only once it is whole
+    fd, name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    os.close(fd)
+    partial = Path(name)
+    try:
+        with _source(args, settings) as source, _pool(settings) as pool:
+            tensors = ops.weights_from(weights, source, args.model)
+            _step(args, f"building the program with torch ({len(tensors)} tensors)")
+            ops.deserialize_to(source, tensors, settings, pool, partial, args.model)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+    size = output.stat().st_size
+    _emit(args, {"output": args.output, "bytes": size}, f"wrote {args.output} ({size} bytes)")
     return EXIT_OK
 
 

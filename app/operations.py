@@ -7,18 +7,20 @@ looks at it; torch runs only in the worker pool.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import io
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import IO, Literal, Protocol
 
 from pydantic import BaseModel
 
 import schema
-from app.archive import Archive, ManifestEntry, RawTensor, manifest, open_archive
+from app.archive import Archive, ManifestEntry, manifest, open_archive
 from app.archive.pickles import check_torch_save
-from app.bridge import from_safetensors, pack_tensors, to_safetensors
+from app.bridge import StoredTensor, TensorSource, write_safetensors
 from app.bridge.report import TorchCheck
 from app.failure import Failure
 from app.programs import diff as program_diffs
@@ -57,6 +59,8 @@ class Source:
 
     documents: dict[str, bytes]
     archive: Archive | None = None
+    #: the archive as handed in (its path, or its bytes): torch workers open it themselves.
+    origin: Path | bytes | None = None
 
     def model(self, name: str | None) -> str:
         """The chosen model's name: `name`, or the only one there is."""
@@ -94,17 +98,6 @@ class Source:
             if (meta := entries[full].meta) is not None
         }
 
-    def raw_tensors(self, model: str) -> list[RawTensor]:
-        """The model's non-pickled tensors, named as the document names them."""
-        if self.archive is None:
-            return []
-        names = {full: fqn for fqn, full in self.tensor_names(model).items()}
-        return [
-            RawTensor(names[t.name], t.kind, t.meta, t.data)
-            for t in self.archive.raw_tensors()
-            if t.name in names
-        ]
-
     @property
     def pickled(self) -> list[str]:
         """Every pickled member other than sample inputs (which are carried, never loaded)."""
@@ -122,7 +115,7 @@ def open_source(data: bytes | Path, media: Media, settings: Settings) -> Iterato
         yield Source({"model": raw})
         return
     with open_archive(data, settings) as archive:
-        yield Source(dict(archive.documents), archive)
+        yield Source(dict(archive.documents), archive, data)
 
 
 def media_of(path: Path) -> Media:
@@ -214,7 +207,27 @@ def hostile_sample_inputs(source: Source, settings: Settings) -> list[schema.Iss
 
 def weights_safetensors(source: Source, model: str | None = None) -> bytes:
     """The model's tensors as a safetensors file (kinds kept in its metadata)."""
-    return to_safetensors(source.raw_tensors(source.model(model)))
+    out = io.BytesIO()
+    write_weights_safetensors(source, out, model)
+    return out.getvalue()
+
+
+def write_weights_safetensors(source: Source, out: IO[bytes], model: str | None = None) -> None:
+    """`weights_safetensors` written to `out`, each tensor streamed from the archive in turn
+    (a view of part of a larger storage reads that storage whole)."""
+    tensors: list[StoredTensor] = []
+    archive = source.archive
+    if archive is not None:
+        for fqn, stored in source.tensor_names(source.model(model)).items():
+            entry = archive.tensors[stored]
+            if entry.use_pickle or entry.meta is None:
+                continue
+            tensors.append(
+                StoredTensor(
+                    fqn, entry.kind, entry.meta, entry.size, partial(archive.iter_tensor, stored)
+                )
+            )
+    write_safetensors(out, tensors)
 
 
 # ---------------------------------------------------------------- canonicalize
@@ -293,7 +306,12 @@ def validate(
             raise  # not JSON at all: the request cannot be read
         return validate_bytes_report(raw, level, settings)
     report = validate_document(
-        upgraded.document, level, settings, source.tensor_metas(name), pickled
+        upgraded.document,
+        level,
+        settings,
+        source.tensor_metas(name),
+        pickled,
+        unknown=upgraded.unknown_fields,
     )
     report.findings.extend(
         Finding(code=i.code, severity="error", path=i.path, message=i.message)
@@ -307,9 +325,7 @@ def validate(
     if runner is None:
         raise OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
     result = runner.submit(
-        "job_torch_check",
-        schema.dump(upgraded.document),
-        pack_tensors(source.raw_tensors(name)),
+        "job_torch_check", schema.dump(upgraded.document), weights_from(None, source, name)
     )
     assert isinstance(result, dict)
     return merge_torch_check(report, TorchCheck.from_dict(result))
@@ -440,28 +456,35 @@ def _weight_infos(source: Source, model: str) -> list[inspection.WeightInfo] | N
 
 
 def weights_from(
-    data: bytes | None, source: Source | None, model: str | None
-) -> Mapping[str, RawTensor]:
-    """Tensors from a safetensors file, or from an archive's own tensors."""
+    data: bytes | Path | None, source: Source | None, model: str | None
+) -> TensorSource:
+    """Where a torch job reads the tensors: a safetensors file (its path, or its bytes), or the
+    model's own tensors in the source's archive (none for a bare document). Nothing is read."""
     if data is not None:
-        return from_safetensors(data)
-    if source is not None and source.archive is not None:
-        return {t.name: t for t in source.raw_tensors(source.model(model))}
-    return {}
+        return TensorSource(safetensors=data)
+    if source is None or source.archive is None:
+        return TensorSource()
+    if source.origin is None:
+        raise ValueError("a torch job opens the archive itself: open the source with open_source")
+    archive = source.archive
+    names = {
+        stored: fqn
+        for fqn, stored in source.tensor_names(source.model(model)).items()
+        if not archive.tensors[stored].use_pickle
+    }
+    return TensorSource(archive=source.origin, names=names, settings=archive.reader.settings)
 
 
-def deserialize(
+def deserialize_to(
     document: Source,
-    weights: Mapping[str, RawTensor],
+    weights: TensorSource,
     settings: Settings,
     runner: TorchRunner,
+    target: Path,
     model: str | None = None,
-) -> bytes:
-    """A .pt2 that torch.export.load opens, built by torch in a worker from document + weights."""
+) -> None:
+    """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from the
+    document and the weights; the worker reads the weights and writes the file itself."""
     refuse_pickles(document, settings)
     doc = read_document(document, model, settings).doc
-    result = runner.submit(
-        "job_deserialize_to_pt2", schema.dump(doc), pack_tensors(weights.values())
-    )
-    assert isinstance(result, bytes)
-    return result
+    runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)

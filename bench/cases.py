@@ -29,8 +29,7 @@ from torch._export.serde import serialize as torch_serde
 import schema
 from app import operations as ops
 from app.archive import ManifestEntry, manifest, open_archive
-from app.bridge import deserialize as bridge_deserialize
-from app.bridge import pt2_bytes
+from app.bridge import pt2_bytes, write_pt2
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, weights_digest
 from app.programs.validation import Report
@@ -134,13 +133,15 @@ def our_validate(archive: bytes, settings: Settings) -> Report:
 
 
 def our_deserialize(archive: bytes, settings: Settings) -> tuple[Any, bytes]:
-    """The .pt2 the deserialize job makes: read, screen, build with torch (fast route), save."""
+    """The .pt2 the deserialize job makes: read, screen, read the tensors (as the worker does),
+    build with torch (fast route), write with our writer."""
     with ops.open_source(archive, "zip", settings) as source:
         ops.refuse_pickles(source, settings)
         doc = ops.read_document(source, None, settings).doc
         tensors = ops.weights_from(None, source, None)
-    program = bridge_deserialize(doc, tensors.values(), route="fast")
-    return program, pt2_bytes(program)
+    out = io.BytesIO()
+    program = write_pt2(doc, tensors.read(), out)
+    return program, out.getvalue()
 
 
 def our_manifest(path: Any, settings: Settings) -> list[ManifestEntry]:

@@ -1,9 +1,13 @@
-"""Request dependencies: settings, the lazily started torch pool, uploaded bodies."""
+"""Request dependencies: settings, the lazily started torch pool, uploaded bodies, and files
+that response bodies are written to."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -67,6 +71,18 @@ async def upload(request: Request) -> AsyncIterator[Upload]:
         yield received
 
 
+def output() -> Iterator[Path]:
+    """Where a response body is written before it is sent (by a torch worker, or a zip being
+    built): a path in a fresh temporary folder, removed with the folder once the response has
+    been sent (FastAPI runs this exit after the response, as it does the upload's)."""
+    folder = Path(tempfile.mkdtemp(prefix="pt2serde-output-"))
+    try:
+        yield folder / "body"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 PoolDep = Annotated[LazyPool, Depends(pool_of)]
 UploadDep = Annotated[Upload, Depends(upload)]
+OutputDep = Annotated[Path, Depends(output)]

@@ -98,8 +98,6 @@ register(
     tensor_symbolic="A stored tensor has a symbolic size",
     weights_mismatch="The weights do not match the document's signature",
     tensor_data_invalid="Tensor bytes do not fit the tensor's meta",
-    tensor_kind_invalid="Unknown tensor kind",
-    tensor_meta_invalid="Invalid tensor meta",
     tensors_duplicate_name="Two tensors share a name",
     safetensors_invalid="The safetensors file cannot be read",
     safetensors_unsupported_dtype="A dtype safetensors cannot carry",

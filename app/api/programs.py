@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import zipfile
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 import schema
 from app import operations as ops
-from app.api.deps import PoolDep, SettingsDep, UploadDep
+from app.api.deps import OutputDep, PoolDep, SettingsDep, UploadDep
 from app.api.docs import DOCUMENT_BODY, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part
@@ -77,25 +76,26 @@ def _archive_part(part: Part) -> Part:
 def serialize(
     upload: UploadDep,
     settings: SettingsDep,
+    output: OutputDep,
     weights: Literal["none", "safetensors"] = "none",
 ) -> Response:
     """A .pt2 archive -> its documents and weights manifest (optionally the weights too)."""
     part = _archive_part(upload.one("file", "archive"))
     with ops.open_source(part.path, "zip", settings) as source:
         result = ops.serialize(source, settings)
-        tensors = ops.weights_safetensors(source) if weights == "safetensors" else None
-    documents = {name: orjson.Fragment(schema.dump(doc)) for name, doc in result.documents.items()}
-    manifest = [w.model_dump(mode="json") for w in result.weights]
-    if tensors is None:
-        body = orjson.dumps({"documents": documents, "weights": manifest})
-        return Response(body, media_type="application/json")
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
-        for name, doc in result.documents.items():
-            zf.writestr(f"documents/{name}.json", schema.dump(doc))
-        zf.writestr("manifest.json", orjson.dumps(manifest))
-        zf.writestr("weights.safetensors", tensors)
-    return Response(out.getvalue(), media_type=ZIP)
+        manifest = [w.model_dump(mode="json") for w in result.weights]
+        if weights == "none":
+            documents = {n: orjson.Fragment(schema.dump(d)) for n, d in result.documents.items()}
+            body = orjson.dumps({"documents": documents, "weights": manifest})
+            return Response(body, media_type="application/json")
+        # The bundle is built on disk and sent from there: the weights never sit in memory.
+        with zipfile.ZipFile(output, "w", zipfile.ZIP_STORED) as zf:
+            for name, doc in result.documents.items():
+                zf.writestr(f"documents/{name}.json", schema.dump(doc))
+            zf.writestr("manifest.json", orjson.dumps(manifest))
+            with zf.open("weights.safetensors", "w", force_zip64=True) as member:
+                ops.write_weights_safetensors(source, member)
+    return FileResponse(output, media_type=ZIP)
 
 
 @router.post(
@@ -111,7 +111,11 @@ def serialize(
     },
 )
 def deserialize(
-    upload: UploadDep, settings: SettingsDep, pool: PoolDep, model: str | None = None
+    upload: UploadDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    output: OutputDep,
+    model: str | None = None,
 ) -> Response:
     """A document (JSON, or an archive's) and safetensors weights -> a loadable .pt2."""
     document = upload.one("document", "file")
@@ -119,13 +123,9 @@ def deserialize(
     if weights is not None and weights.media != "safetensors":
         raise ServiceError("unsupported-media-type", "the weights part must be safetensors")
     with ops.open_source(document.path, _source_media(document), settings) as source:
-        tensors = ops.weights_from(weights.read() if weights else None, source, model)
-        data = ops.deserialize(source, tensors, settings, pool, model)
-    return Response(
-        data,
-        media_type=ZIP,
-        headers={"Content-Disposition": 'attachment; filename="program.pt2"'},
-    )
+        tensors = ops.weights_from(weights.path if weights else None, source, model)
+        ops.deserialize_to(source, tensors, settings, pool, output, model)
+    return FileResponse(output, media_type=ZIP, filename="program.pt2")
 
 
 @router.post(

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from app.archive.errors import ArchiveFailure
 from app.archive.pt2 import (
@@ -72,7 +72,7 @@ class _Written:
 class _ZipWriter:
     """A minimal stored-only zip writer with torch's 64-byte data alignment."""
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self._pos = 0
         self._written: list[_Written] = []
@@ -176,7 +176,7 @@ class _ZipWriter:
 
 
 def write_archive(
-    target: str | os.PathLike[str] | BinaryIO,
+    target: str | os.PathLike[str] | IO[bytes],
     documents: dict[str, bytes],
     tensors: list[RawTensor],
     *,
@@ -280,7 +280,7 @@ def _refuse(message: str) -> None:
     raise ArchiveFailure("archive-write-refused", message)
 
 
-def _write(out: BinaryIO, members: list[tuple[str, bytes]]) -> None:
+def _write(out: IO[bytes], members: list[tuple[str, bytes]]) -> None:
     writer = _ZipWriter(out)
     for name, data in members:
         writer.add(name, data)

@@ -1,8 +1,9 @@
 """The only package that imports torch, and only lazily: `import app.bridge` leaves torch alone.
 
-torch-free here: safetensors I/O, raw-tensor helpers, the worker pool and its job functions.
-Reached through attributes that import torch on first use: `serialize`, `deserialize`,
-`save_pt2`, `pt2_bytes`, `load_pt2_trusted`, `SerializedProgram`, `torch_check`, `TorchCheck`.
+torch-free here: safetensors I/O, raw-tensor helpers, tensor sources, the worker pool and its job
+functions. Reached through attributes that import torch on first use: `serialize`,
+`deserialize`, `write_pt2`, `save_pt2`, `pt2_bytes`, `load_pt2_trusted`, `SerializedProgram`,
+`torch_check`, `TorchCheck`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from app.bridge.errors import BridgeFailure
 from app.bridge.pool import WorkerPool
-from app.bridge.safetensors_io import from_safetensors, to_safetensors
-from app.bridge.tensors import TensorRecord, pack_tensors, unpack_tensors
+from app.bridge.safetensors_io import (
+    StoredTensor,
+    from_safetensors,
+    to_safetensors,
+    write_safetensors,
+)
+from app.bridge.sources import TensorSource
 
 if TYPE_CHECKING:
     from app.bridge.checks import torch_check
@@ -24,6 +30,7 @@ if TYPE_CHECKING:
         pt2_bytes,
         save_pt2,
         serialize,
+        write_pt2,
     )
     from app.bridge.report import TorchCheck
 
@@ -31,6 +38,7 @@ _LAZY: dict[str, str] = {
     "SerializedProgram": "app.bridge.exported",
     "serialize": "app.bridge.exported",
     "deserialize": "app.bridge.exported",
+    "write_pt2": "app.bridge.exported",
     "save_pt2": "app.bridge.exported",
     "pt2_bytes": "app.bridge.exported",
     "load_pt2_trusted": "app.bridge.exported",
@@ -41,19 +49,20 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "BridgeFailure",
     "SerializedProgram",
-    "TensorRecord",
+    "StoredTensor",
+    "TensorSource",
     "TorchCheck",
     "WorkerPool",
     "deserialize",
     "from_safetensors",
     "load_pt2_trusted",
-    "pack_tensors",
     "pt2_bytes",
     "save_pt2",
     "serialize",
     "to_safetensors",
     "torch_check",
-    "unpack_tensors",
+    "write_pt2",
+    "write_safetensors",
 ]
 
 

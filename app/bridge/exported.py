@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Any, Literal
 
+import orjson
 import torch
 from torch._export.serde import schema as torch_schema
 from torch._export.serde import serialize as torch_serde
@@ -21,6 +23,7 @@ from torch.export import ExportedProgram
 
 import schema
 from app.archive.raw import RawTensor, TensorKind
+from app.archive.writer import write_archive
 from app.bridge.errors import BridgeFailure, is_allocation_failure, one_line
 from app.bridge.tensors import View, by_name, checked_views, shape_of
 from app.bridge.torch_schema import to_torch
@@ -133,6 +136,98 @@ def deserialize(
     except Exception as exc:
         raise _torch_failure("torch-deserialize-failed", exc) from None
     return program
+
+
+def write_pt2(
+    doc: schema.ExportedProgram,
+    tensors: Mapping[str, RawTensor] | Iterable[RawTensor],
+    target: Path | IO[bytes],
+) -> ExportedProgram:
+    """Build the program with torch (the proof that it loads), then write the .pt2
+    torch.export.save writes for it, with our own writer; returns the program.
+
+    torch.export.save would serialize the whole graph again (and canonicalize a copy of it, as
+    a check), which costs about as much as building it; the document we already hold is what
+    it would write (`saved_document`), and the tensors are the bytes we were given. A path is
+    replaced atomically; nothing is written when torch cannot build the program.
+    """
+    named = by_name(tensors)
+    program = deserialize(doc, named)
+    write_archive(target, {"model": saved_document(doc)}, _saved_tensors(doc, named))
+    return program
+
+
+def saved_document(doc: schema.ExportedProgram) -> bytes:
+    """The document as torch.export.save writes it for the program torch builds from `doc`.
+
+    torch 2.13 writes its serializer's output (the canonical form is only computed as a check),
+    formatted by `json.dumps`: ", " and ": " separators, ASCII only. Its serializer fills the
+    value maps as it meets each value's definition (graph inputs, then node outputs) and
+    re-derives each value's TensorMeta from the fake tensor the loader made, which the loader
+    makes with `empty_strided`, knowing no storage offset: every value's offset comes out 0.
+    The rest of the document comes out as it went in (the bridge tests compare with torch's
+    own save on every zoo program, the benchmark on its decoders).
+    """
+    data = orjson.loads(schema.dump(doc))
+    _as_torch_serializes(data["graph_module"]["graph"])
+    return json.dumps(data, allow_nan=False).encode()
+
+
+#: A graph's value maps, which torch's serializer fills as it meets each value's definition.
+_VALUE_MAPS = (
+    "tensor_values",
+    "sym_int_values",
+    "sym_bool_values",
+    "custom_obj_values",
+    "sym_float_values",
+)
+
+
+def _as_torch_serializes(graph: dict[str, Any]) -> None:
+    """Value maps in the order torch's serializer defines values (graph inputs, then each node's
+    outputs), every value's storage offset 0; subgraphs alike."""
+    order = _defined(graph["inputs"])
+    for node in graph["nodes"]:
+        for named in node["inputs"]:
+            subgraph = named["arg"].get("as_graph")
+            if subgraph is not None:
+                _as_torch_serializes(subgraph["graph"])
+        order += _defined(node["outputs"])
+    for key in _VALUE_MAPS:
+        values = graph.get(key)
+        if values:
+            graph[key] = {n: values[n] for n in dict.fromkeys(order) if n in values} | values
+    for meta in graph["tensor_values"].values():
+        meta["storage_offset"] = {"as_int": 0}
+
+
+def _defined(arguments: Any) -> list[str]:
+    """The value names a list of arguments defines, in order (nested lists included)."""
+    names: list[str] = []
+    if isinstance(arguments, list):
+        for item in arguments:
+            names += _defined(item)
+    elif isinstance(arguments, dict):
+        for key, value in arguments.items():
+            if key in ("name", "as_name") and isinstance(value, str):
+                names.append(value)
+            else:
+                names += _defined(value)
+    return names
+
+
+def _saved_tensors(doc: schema.ExportedProgram, named: Mapping[str, RawTensor]) -> list[RawTensor]:
+    """The tensors where torch.export.save puts them: parameters and persistent buffers with the
+    weights (the state dict), non-persistent buffers and lifted constants with the constants."""
+    kinds: dict[str, TensorKind] = {
+        slot.name: "parameter"
+        if slot.role == "parameter"
+        else "buffer"
+        if slot.role == "buffer" and slot.persistent
+        else "constant"
+        for slot in signature_slots(doc)
+    }
+    return [RawTensor(name, kinds[name], t.meta, t.data) for name, t in named.items()]
 
 
 def signature_slots(doc: schema.ExportedProgram) -> list[Slot]:

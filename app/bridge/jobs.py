@@ -1,18 +1,18 @@
-"""The torch jobs the service submits to the worker pool: plain bytes, tuples and dicts in and out.
+"""The torch jobs the service submits to the worker pool: plain bytes, paths and dicts in and out.
 
 Importable without torch (the server names these functions); torch is imported in the worker.
-Tensors travel as `app.bridge.tensors.TensorRecord` tuples (see `pack_tensors`).
+Tensors are named by a `TensorSource` and read here, in the worker, never in the service.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import schema
 from app.bridge.errors import BridgeFailure
-from app.bridge.tensors import TensorRecord, unpack_tensors
+from app.bridge.sources import TensorSource
 
 
 def job_ping() -> int:
@@ -20,18 +20,18 @@ def job_ping() -> int:
     return os.getpid()
 
 
-def job_deserialize_to_pt2(doc_json: bytes, tensors: Sequence[TensorRecord]) -> bytes:
-    """The .pt2 of the program torch builds from a document and its tensors."""
-    from app.bridge.exported import deserialize, pt2_bytes
+def job_deserialize_to_pt2(doc_json: bytes, tensors: TensorSource, target: Path) -> None:
+    """Write to `target` the .pt2 of the program torch builds from a document and its tensors."""
+    from app.bridge.exported import write_pt2
 
-    return pt2_bytes(deserialize(_document(doc_json), unpack_tensors(tensors)))
+    write_pt2(_document(doc_json), tensors.read(), target)
 
 
-def job_torch_check(doc_json: bytes, tensors: Sequence[TensorRecord]) -> dict[str, Any]:
+def job_torch_check(doc_json: bytes, tensors: TensorSource) -> dict[str, Any]:
     """`torch_check` of a document and its tensors, as `TorchCheck.to_dict()` data."""
     from app.bridge.checks import torch_check
 
-    return torch_check(_document(doc_json), unpack_tensors(tensors)).to_dict()
+    return torch_check(_document(doc_json), tensors.read()).to_dict()
 
 
 def _document(doc_json: bytes) -> schema.ExportedProgram:

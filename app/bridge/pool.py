@@ -5,7 +5,8 @@ bloat the process that deserializes it; so the service runs them here. Workers a
 a forkserver that preloads torch (not from the threaded server), hold an address-space limit,
 are killed and replaced on timeout or death, and are recycled after a number of jobs.
 Only our own values cross the process boundary (multiprocessing pickles them); uploads reach a
-worker as plain bytes.
+worker as the paths of their files, which it reads itself (and results it writes to a path it is
+given), so the service process never holds a program's tensors.
 """
 
 from __future__ import annotations

@@ -8,15 +8,18 @@ dtype is needed for bf16, fp8 or complex values.
 
 from __future__ import annotations
 
+import io
 import struct
-from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeGuard
 
 import orjson
 
 from app.archive.raw import RawTensor, TensorKind
 from app.bridge.errors import BridgeFailure
-from app.bridge.tensors import KINDS, checked_views, contiguous_bytes, contiguous_meta
+from app.bridge.tensors import KINDS, checked_sizes, contiguous_bytes, contiguous_meta
 from schema import Device, Issue, Layout, ScalarType, SymIntAsInt, TensorMeta
 from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
@@ -56,10 +59,39 @@ MAX_HEADER_BYTES = 100_000_000
 _LENGTH = struct.Struct("<Q")
 
 
+@dataclass(frozen=True)
+class StoredTensor:
+    """A tensor to write whose storage bytes are read only when its turn comes."""
+
+    name: str
+    kind: TensorKind
+    meta: TensorMeta
+    #: bytes of its storage.
+    size: int
+    #: its storage bytes, in order: a stream of blocks, or the whole bytes at once.
+    read: Callable[[], Iterable[bytes]]
+
+    @classmethod
+    def of(cls, raw: RawTensor) -> StoredTensor:
+        """A raw tensor whose bytes are already in memory."""
+        data = raw.data
+        return cls(raw.name, raw.kind, raw.meta, len(data), lambda: (data,))
+
+
 def to_safetensors(
     tensors: Iterable[RawTensor], metadata: Mapping[str, str] | None = None
 ) -> bytes:
     """A safetensors file of the tensors (made contiguous), kinds and requires_grad in metadata."""
+    out = io.BytesIO()
+    write_safetensors(out, [StoredTensor.of(t) for t in tensors], metadata)
+    return out.getvalue()
+
+
+def write_safetensors(
+    out: IO[bytes], tensors: Iterable[StoredTensor], metadata: Mapping[str, str] | None = None
+) -> None:
+    """`to_safetensors` written to `out` one tensor at a time: the header comes from the metas,
+    and a tensor whose storage is exactly its packed elements is copied block by block."""
     items = list(tensors)
     names = [t.name for t in items]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -83,7 +115,7 @@ def to_safetensors(
                 for t in unsupported
             ],
         )
-    views = checked_views(items)
+    views = checked_sizes((t.name, t.meta, t.size) for t in items)
     # The reference writer's order: widest elements first, so every tensor stays aligned.
     items.sort(key=lambda t: (-views[t.name].itemsize, t.name))
     meta: dict[str, str] = dict(metadata or {})
@@ -94,21 +126,36 @@ def to_safetensors(
         sorted(t.name for t in items if t.meta.requires_grad)
     ).decode()
     header: dict[str, Any] = {METADATA_KEY: meta}
-    chunks: list[bytes] = []
     offset = 0
     for t in items:
         view = views[t.name]
-        chunk = contiguous_bytes(t, view)
+        nbytes = view.numel * view.itemsize
         header[t.name] = {
             "dtype": DTYPE_NAMES[t.meta.dtype],
             "shape": list(view.sizes),
-            "data_offsets": [offset, offset + len(chunk)],
+            "data_offsets": [offset, offset + nbytes],
         }
-        chunks.append(chunk)
-        offset += len(chunk)
+        offset += nbytes
     head = orjson.dumps(header)
     head += b" " * (-len(head) % 8)
-    return b"".join([_LENGTH.pack(len(head)), head, *chunks])
+    out.write(_LENGTH.pack(len(head)))
+    out.write(head)
+    for t in items:
+        view = views[t.name]
+        if view.is_contiguous() and t.size == view.numel * view.itemsize:
+            written = 0
+            for block in t.read():
+                out.write(block)
+                written += len(block)
+            if written != t.size:
+                raise BridgeFailure(
+                    "tensor-data-invalid",
+                    f"{t.name!r} gave {written} bytes of storage, not the {t.size} it declares",
+                )
+        else:
+            # A view of part of its storage: the storage is needed whole to pick its elements.
+            whole = RawTensor(t.name, t.kind, t.meta, b"".join(t.read()))
+            out.write(contiguous_bytes(whole, view))
 
 
 def from_safetensors(
@@ -195,23 +242,48 @@ def from_safetensors(
     return tensors
 
 
+def safetensors_names(source: Path | bytes) -> list[str]:
+    """The names of a safetensors file's tensors, from its header alone."""
+    if isinstance(source, bytes):
+        return _names(_split(source)[0])
+    with source.open("rb") as f:
+        total = f.seek(0, io.SEEK_END)
+        f.seek(0)
+        head = f.read(_LENGTH.size)
+        size = _header_size(head, total)
+        return _names(_header(f.read(size)))
+
+
+def _names(header: dict[str, Any]) -> list[str]:
+    return [name for name in header if name != METADATA_KEY]
+
+
 def _split(data: bytes) -> tuple[dict[str, Any], memoryview]:
-    if len(data) < _LENGTH.size:
-        raise BridgeFailure("safetensors-invalid", f"{len(data)} bytes is too short for a header")
-    (size,) = _LENGTH.unpack_from(data)
-    if size > MAX_HEADER_BYTES or _LENGTH.size + size > len(data):
+    size = _header_size(data[: _LENGTH.size], len(data))
+    header = _header(data[_LENGTH.size : _LENGTH.size + size])
+    return header, memoryview(data)[_LENGTH.size + size :]
+
+
+def _header_size(head: bytes, total: int) -> int:
+    if total < _LENGTH.size:
+        raise BridgeFailure("safetensors-invalid", f"{total} bytes is too short for a header")
+    (size,) = _LENGTH.unpack_from(head)
+    if size > MAX_HEADER_BYTES or _LENGTH.size + size > total:
         raise BridgeFailure(
             "safetensors-invalid",
-            f"header length {size} does not fit in {len(data)} bytes (limit {MAX_HEADER_BYTES})",
+            f"header length {size} does not fit in {total} bytes (limit {MAX_HEADER_BYTES})",
         )
-    raw = data[_LENGTH.size : _LENGTH.size + size]
+    return int(size)
+
+
+def _header(raw: bytes) -> dict[str, Any]:
     try:
         header = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BridgeFailure("safetensors-invalid", f"header is not JSON: {exc}") from None
     if not isinstance(header, dict):
         raise BridgeFailure("safetensors-invalid", "header is not a JSON object")
-    return header, memoryview(data)[_LENGTH.size + size :]
+    return header
 
 
 def _metadata(value: Any, issues: list[Issue]) -> dict[str, str]:

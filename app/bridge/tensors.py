@@ -8,7 +8,6 @@ from typing import get_args
 
 import numpy as np
 
-import schema
 from app.archive.raw import RawTensor, TensorKind
 from app.bridge.errors import BridgeFailure
 from schema import Issue, Layout, SymIntAsExpr, SymIntAsInt, TensorMeta
@@ -16,9 +15,6 @@ from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
 
 KINDS: frozenset[str] = frozenset(get_args(TensorKind))
-
-#: How a RawTensor crosses a process boundary: name, kind, TensorMeta JSON, storage bytes.
-TensorRecord = tuple[str, str, bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -69,10 +65,9 @@ def shape_of(meta: TensorMeta) -> list[int | str]:
     return [s.as_int if isinstance(s, SymIntAsInt) else s.as_expr.expr_str for s in meta.sizes]
 
 
-def view_of(raw: RawTensor) -> tuple[View | None, list[Issue]]:
-    """The view a raw tensor's meta describes, or the issues that keep it from having one."""
-    path = pointer([raw.name])
-    meta = raw.meta
+def view_of(name: str, meta: TensorMeta) -> tuple[View | None, list[Issue]]:
+    """The view a tensor's meta describes, or the issues that keep it from having one."""
+    path = pointer([name])
     issues: list[Issue] = []
     itemsize = ITEMSIZE.get(meta.dtype)
     if itemsize is None:
@@ -103,13 +98,12 @@ def view_of(raw: RawTensor) -> tuple[View | None, list[Issue]]:
     return View(tuple(sizes), tuple(strides), offset, itemsize), []  # type: ignore[arg-type]
 
 
-def storage_issues(raw: RawTensor) -> tuple[View | None, list[Issue]]:
-    """The view of a raw tensor once its bytes are checked to hold it, else the issues."""
-    view, issues = view_of(raw)
+def storage_issues(name: str, meta: TensorMeta, size: int) -> tuple[View | None, list[Issue]]:
+    """The view of a tensor once `size` bytes of storage are checked to hold it, else the issues."""
+    view, issues = view_of(name, meta)
     if view is None:
         return None, issues
-    path = pointer([raw.name])
-    size = len(raw.data)
+    path = pointer([name])
     if size % view.itemsize:
         return None, [
             Issue(
@@ -131,13 +125,18 @@ def storage_issues(raw: RawTensor) -> tuple[View | None, list[Issue]]:
 
 def checked_views(tensors: Iterable[RawTensor]) -> dict[str, View]:
     """Every tensor's view; BridgeFailure `tensor-data-invalid` lists each tensor that has none."""
+    return checked_sizes((t.name, t.meta, len(t.data)) for t in tensors)
+
+
+def checked_sizes(tensors: Iterable[tuple[str, TensorMeta, int]]) -> dict[str, View]:
+    """`checked_views` of tensors given as (name, meta, storage size), before any byte is read."""
     views: dict[str, View] = {}
     issues: list[Issue] = []
-    for raw in tensors:
-        view, problems = storage_issues(raw)
+    for name, meta, size in tensors:
+        view, problems = storage_issues(name, meta, size)
         issues.extend(problems)
         if view is not None:
-            views[raw.name] = view
+            views[name] = view
     if issues:
         raise BridgeFailure(
             "tensor-data-invalid",
@@ -181,25 +180,6 @@ def contiguous_meta(meta: TensorMeta, sizes: Sequence[int]) -> TensorMeta:
         storage_offset=SymIntAsInt(as_int=0),
         layout=Layout.Strided,
     )
-
-
-def pack_tensors(tensors: Iterable[RawTensor]) -> list[TensorRecord]:
-    """Raw tensors as plain tuples for a worker job."""
-    return [(t.name, t.kind, schema.dump(t.meta), t.data) for t in tensors]
-
-
-def unpack_tensors(records: Sequence[TensorRecord]) -> dict[str, RawTensor]:
-    """Raw tensors back from `pack_tensors` records, keyed by name; metas are validated."""
-    tensors: dict[str, RawTensor] = {}
-    for name, kind, meta_json, data in records:
-        if kind not in KINDS:
-            raise BridgeFailure("tensor-kind-invalid", f"{name!r} has unknown kind {kind!r}")
-        try:
-            meta = schema.load(meta_json, TensorMeta)
-        except schema.DocumentInvalid as exc:
-            raise BridgeFailure("tensor-meta-invalid", f"{name!r}: {exc}", exc.issues) from None
-        tensors[name] = RawTensor(name, kind, meta, data)  # type: ignore[arg-type]
-    return tensors
 
 
 def by_name(tensors: Mapping[str, RawTensor] | Iterable[RawTensor]) -> dict[str, RawTensor]:

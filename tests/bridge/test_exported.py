@@ -1,11 +1,14 @@
-"""serialize / deserialize / save_pt2 against torch as the oracle, on every zoo program."""
+"""serialize / deserialize / write_pt2 / save_pt2 against torch as the oracle, on every zoo
+program."""
 
 from __future__ import annotations
 
 import io
 import zipfile
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 import torch
 from torch import nn
@@ -21,7 +24,9 @@ from app.bridge.exported import (
     load_pt2_trusted,
     pt2_bytes,
     save_pt2,
+    saved_document,
     serialize,
+    write_pt2,
 )
 from app.bridge.torch_schema import to_torch
 from schema import Issue, ScalarType, SymIntAsInt
@@ -196,6 +201,117 @@ def test_pt2_bytes_load_in_torch(zoo: dict[str, ZooProgram]) -> None:
     program = zoo["dtypes"]
     loaded = torch.export.load(io.BytesIO(pt2_bytes(program.ep)))
     assert outputs_close(loaded.module()(*program.args), program.run())
+
+
+def _members(archive: bytes) -> dict[str, Any]:
+    """Root-relative members; tensors keyed by name with their config entry, since torch numbers
+    its tensor files in the order of its state dict and constants, ours in the given order."""
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        raw = {n.split("/", 1)[1]: zf.read(n) for n in zf.namelist()}
+    out: dict[str, Any] = {}
+    for name, data in raw.items():
+        folder, _, file = name.rpartition("/")
+        if file.endswith("_config.json"):
+            for tensor, entry in orjson.loads(data)["config"].items():
+                out[f"{folder}:{tensor}"] = (entry, raw[f"{folder}/{entry.pop('path_name')}"])
+        elif not file.startswith(("weight_", "tensor_")) and name != ".data/serialization_id":
+            out[name] = data
+    return out
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_write_pt2_writes_what_torch_export_save_writes(
+    name: str, zoo: dict[str, ZooProgram], serialized: dict[str, SerializedProgram]
+) -> None:
+    out = io.BytesIO()
+    built = write_pt2(serialized[name].doc, serialized[name].tensors, out)
+    # torch.export.save of the program torch built: what the service wrote before
+    assert _members(out.getvalue()) == _members(pt2_bytes(built))
+    loaded = torch.export.load(io.BytesIO(out.getvalue()))
+    program = zoo[name]
+    assert outputs_close(loaded.module()(*program.args, **program.kwargs), program.run())
+
+
+def _reverse_value_maps(graph: dict[str, Any]) -> None:
+    for key in ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values"):
+        graph[key] = dict(reversed(graph[key].items()))
+    for node in graph["nodes"]:
+        for named in node["inputs"]:
+            if "as_graph" in named["arg"]:
+                _reverse_value_maps(named["arg"]["as_graph"]["graph"])
+
+
+@pytest.mark.parametrize("name", ["cond", "multi_out", "symint_out", "dynamic"])
+def test_values_are_saved_in_the_order_torch_defines_them(
+    name: str, serialized: dict[str, SerializedProgram]
+) -> None:
+    data = orjson.loads(schema.dump(serialized[name].doc))
+    _reverse_value_maps(data["graph_module"]["graph"])
+    doc = schema.load(orjson.dumps(data))
+    assert schema.dump(doc) != schema.dump(serialized[name].doc)
+    out = io.BytesIO()
+    built = write_pt2(doc, serialized[name].tensors, out)
+    assert _members(out.getvalue()) == _members(pt2_bytes(built))
+
+
+def test_write_pt2_places_tensors_by_the_signature_not_their_kind(
+    serialized: dict[str, SerializedProgram],
+) -> None:
+    program = serialized["constants"]
+    # as a safetensors file without our metadata says: every tensor a buffer
+    buffers = {n: RawTensor(n, "buffer", t.meta, t.data) for n, t in program.tensors.items()}
+    ours, expected = io.BytesIO(), io.BytesIO()
+    write_pt2(program.doc, buffers, ours)
+    write_pt2(program.doc, program.tensors, expected)
+    members = _members(ours.getvalue())
+    assert members == _members(expected.getvalue())
+    assert {"data/constants:offset", "data/constants:table"} <= set(members)
+
+
+def test_write_pt2_of_strided_aliased_tensors(strided: ZooProgram) -> None:
+    program = serialize(strided.ep)
+    out = io.BytesIO()
+    built = write_pt2(program.doc, program.tensors, out)
+    with pytest.warns(UserWarning, match="No complete tensor found"):
+        theirs = pt2_bytes(built)
+    assert _members(out.getvalue()) == _members(theirs)
+    loaded = torch.export.load(io.BytesIO(out.getvalue()))
+    assert loaded.state_dict["window"].storage_offset() == 8
+    assert outputs_close(loaded.module()(*strided.args), strided.run())
+
+
+def test_saved_document_zeroes_value_offsets_as_torch_does(
+    serialized: dict[str, SerializedProgram], archives: dict[str, bytes]
+) -> None:
+    doc = serialized["multi_out"].doc
+    offsets = {
+        value: meta.storage_offset.as_int
+        for value, meta in doc.graph_module.graph.tensor_values.items()
+        if isinstance(meta.storage_offset, SymIntAsInt)
+    }
+    assert any(offsets.values()), "the split's outputs are views at an offset"
+    # torch's load + save is the oracle: it loses the offsets of values, never of weights
+    by_torch = pt2_bytes(torch.export.load(io.BytesIO(archives["multi_out"])))
+    with zipfile.ZipFile(io.BytesIO(by_torch)) as zf:
+        assert saved_document(doc) == zf.read("archive/models/model.json")
+    saved: schema.ExportedProgram = schema.load(saved_document(doc))
+    values = saved.graph_module.graph.tensor_values
+    assert {v: m.storage_offset for v, m in values.items()} == dict.fromkeys(
+        offsets, SymIntAsInt(as_int=0)
+    )
+
+
+def test_write_pt2_writes_nothing_torch_cannot_build(
+    serialized: dict[str, SerializedProgram], tmp_path: Path
+) -> None:
+    program = serialized["conv"]
+    tensors = dict(program.tensors)
+    del tensors["conv.bias"]
+    target = tmp_path / "program.pt2"
+    with pytest.raises(BridgeFailure) as caught:
+        write_pt2(program.doc, tensors, target)
+    assert caught.value.code == "weights-mismatch"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_save_pt2_replaces_an_existing_file(tmp_path: Path, zoo: dict[str, ZooProgram]) -> None:

@@ -1,4 +1,4 @@
-"""The bridge package without torch: import hygiene, lazy attributes, tensor records."""
+"""The bridge package without torch: import hygiene, lazy attributes, messages."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 
 import app.bridge
 from app.bridge import exported
-from app.bridge.errors import BridgeFailure, is_allocation_failure, one_line
+from app.bridge.errors import is_allocation_failure, one_line
 from app.bridge.exported import SerializedProgram
-from app.bridge.tensors import pack_tensors, unpack_tensors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +20,7 @@ def test_importing_the_bridge_leaves_torch_alone() -> None:
     script = (
         "import sys\n"
         "import app.bridge, app.bridge.pool, app.bridge.jobs, app.bridge.safetensors_io\n"
-        "import app.bridge.tensors\n"
+        "import app.bridge.tensors, app.bridge.sources\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
         "assert callable(app.bridge.to_safetensors) and app.bridge.WorkerPool\n"
     )
@@ -38,27 +37,10 @@ def test_importing_the_bridge_leaves_torch_alone() -> None:
 
 def test_torch_attributes_are_lazy_but_real() -> None:
     assert app.bridge.serialize is exported.serialize
+    assert app.bridge.write_pt2 is exported.write_pt2
     assert app.bridge.SerializedProgram is SerializedProgram
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         app.bridge.nothing  # noqa: B018
-
-
-def test_tensor_records_round_trip(serialized: dict[str, SerializedProgram]) -> None:
-    tensors = serialized["dtypes"].tensors
-    records = pack_tensors(tensors.values())
-    assert all(type(field) in (str, bytes) for record in records for field in record)
-    assert unpack_tensors(records) == tensors
-
-
-def test_bad_tensor_records_are_refused(serialized: dict[str, SerializedProgram]) -> None:
-    [(name, _, meta, data)] = pack_tensors([serialized["conv"].tensors["fc.bias"]])
-    with pytest.raises(BridgeFailure) as caught:
-        unpack_tensors([(name, "weight", meta, data)])
-    assert caught.value.code == "tensor-kind-invalid"
-    with pytest.raises(BridgeFailure) as caught:
-        unpack_tensors([(name, "buffer", b'{"dtype": 999}', data)])
-    assert caught.value.code == "tensor-meta-invalid"
-    assert caught.value.issues
 
 
 def test_messages_are_one_bounded_line() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import threading
@@ -17,11 +16,13 @@ import pytest
 import torch
 
 import schema
-from app.bridge.checks import TorchCheck
+from app.archive import ArchiveFailure
 from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram
 from app.bridge.pool import WorkerPool
-from app.bridge.tensors import pack_tensors
+from app.bridge.report import TorchCheck
+from app.bridge.safetensors_io import to_safetensors
+from app.bridge.sources import TensorSource
 from app.settings import Settings
 from schema import Issue
 from tests.bridge import pool_jobs
@@ -53,8 +54,17 @@ def bare_pool() -> Iterator[WorkerPool]:
         yield workers
 
 
-def _job_args(program: SerializedProgram) -> tuple[bytes, list[Any]]:
-    return schema.dump(program.doc), pack_tensors(program.tensors.values())
+def _archive_source(archive: bytes, folder: Path, names: list[str]) -> TensorSource:
+    """The tensors `names` of an archive written to a file, as the service names them."""
+    path = folder / "program.pt2"
+    path.write_bytes(archive)
+    return TensorSource(archive=path, names={name: name for name in names})
+
+
+def _job_args(
+    program: SerializedProgram, archive: bytes, folder: Path
+) -> tuple[bytes, TensorSource]:
+    return schema.dump(program.doc), _archive_source(archive, folder, list(program.tensors))
 
 
 def _failure(pool: WorkerPool, job: Any, *args: Any) -> BridgeFailure:
@@ -117,44 +127,76 @@ def test_failures_cross_back_with_code_class_and_issues(pool: WorkerPool) -> Non
 
 
 @pytest.mark.parametrize("name", ["conv", "custom_op", "dtypes"])
+@pytest.mark.parametrize("weights", ["archive", "safetensors"])
 def test_deserialize_job_writes_an_archive_torch_loads(
     name: str,
+    weights: str,
     pool: WorkerPool,
     zoo: dict[str, ZooProgram],
     serialized: dict[str, SerializedProgram],
+    archives: dict[str, bytes],
+    tmp_path: Path,
 ) -> None:
     register_custom_ops()
-    archive = pool.submit("job_deserialize_to_pt2", *_job_args(serialized[name]))
-    loaded = torch.export.load(io.BytesIO(archive))
+    doc, tensors = _job_args(serialized[name], archives[name], tmp_path)
+    if weights == "safetensors":
+        path = tmp_path / "weights.safetensors"
+        path.write_bytes(to_safetensors(serialized[name].tensors.values()))
+        tensors = TensorSource(safetensors=path)
+    target = tmp_path / "out" / "program.pt2"
+    target.parent.mkdir()
+    assert pool.submit("job_deserialize_to_pt2", doc, tensors, target) is None
+    assert [p.name for p in target.parent.iterdir()] == [target.name]
+    # the archive was written by our own worker from a program this test exported
+    loaded = torch.export.load(target)
     program = zoo[name]
     assert outputs_close(loaded.module()(*program.args, **program.kwargs), program.run())
 
 
 def test_deserialize_job_failures_keep_their_issues(
-    pool: WorkerPool, serialized: dict[str, SerializedProgram]
+    pool: WorkerPool,
+    serialized: dict[str, SerializedProgram],
+    archives: dict[str, bytes],
+    tmp_path: Path,
 ) -> None:
-    doc, tensors = _job_args(serialized["conv"])
-    failure = _failure(pool, "job_deserialize_to_pt2", doc, tensors[1:])
+    program = serialized["conv"]
+    doc, _ = _job_args(program, archives["conv"], tmp_path)
+    short = _archive_source(archives["conv"], tmp_path, list(program.tensors)[1:])
+    target = tmp_path / "out.pt2"
+    failure = _failure(pool, "job_deserialize_to_pt2", doc, short, target)
     assert failure.code == "weights-mismatch"
     assert [i.code for i in failure.issues] == ["weight-missing"]
-    assert _failure(pool, "job_deserialize_to_pt2", b"{}", tensors).code == "document-invalid"
+    assert _failure(pool, "job_deserialize_to_pt2", b"{}", short, target).code == (
+        "document-invalid"
+    )
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x02")
+    failure = _failure(pool, "job_deserialize_to_pt2", doc, TensorSource(safetensors=bad), target)
+    assert failure.code == "safetensors-invalid"
+    assert not target.exists()
 
 
 def test_torch_check_job_where_the_namespace_is_registered(
-    pool: WorkerPool, serialized: dict[str, SerializedProgram]
+    pool: WorkerPool,
+    serialized: dict[str, SerializedProgram],
+    archives: dict[str, bytes],
+    tmp_path: Path,
 ) -> None:
     assert pool.submit(pool_jobs.registered, "pt2zoo") is True
-    result = pool.submit("job_torch_check", *_job_args(serialized["custom_op"]))
+    args = _job_args(serialized["custom_op"], archives["custom_op"], tmp_path)
+    result = pool.submit("job_torch_check", *args)
     assert TorchCheck.from_dict(result) == TorchCheck()
 
 
 def test_torch_check_job_where_the_namespace_never_was(
-    bare_pool: WorkerPool, serialized: dict[str, SerializedProgram]
+    bare_pool: WorkerPool,
+    serialized: dict[str, SerializedProgram],
+    archives: dict[str, bytes],
+    tmp_path: Path,
 ) -> None:
     assert bare_pool.submit(pool_jobs.registered, "pt2zoo") is False
-    result = TorchCheck.from_dict(
-        bare_pool.submit("job_torch_check", *_job_args(serialized["custom_op"]))
-    )
+    args = _job_args(serialized["custom_op"], archives["custom_op"], tmp_path)
+    result = TorchCheck.from_dict(bare_pool.submit("job_torch_check", *args))
     assert result.issues == []
     assert result.namespaces_to_register == ["pt2zoo"]
     assert [i.code for i in result.unchecked] == [
@@ -162,6 +204,23 @@ def test_torch_check_job_where_the_namespace_never_was(
         "op-bad-arguments",
         "torch-verifier-failed",
     ]
+
+
+def test_torch_check_job_reads_corrupt_tensors_as_a_failure(
+    pool: WorkerPool,
+    serialized: dict[str, SerializedProgram],
+    archives: dict[str, bytes],
+    tmp_path: Path,
+) -> None:
+    program = serialized["conv"]
+    data = program.tensors["fc.weight"].data
+    archive = archives["conv"]
+    assert archive.count(data) == 1
+    flipped = bytes([data[0] ^ 0xFF]) + data[1:]
+    doc, tensors = _job_args(program, archive.replace(data, flipped), tmp_path)
+    with pytest.raises(ArchiveFailure) as caught:
+        pool.submit("job_torch_check", doc, tensors)
+    assert caught.value.code == "archive-crc-mismatch"
 
 
 def test_killed_worker_fails_its_job_and_is_replaced(pool: WorkerPool) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import orjson
 import pytest
@@ -14,7 +16,13 @@ from safetensors.torch import save as st_save
 from app.archive.raw import RawTensor
 from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram, deserialize, storage_bytes, tensor_meta
-from app.bridge.safetensors_io import from_safetensors, to_safetensors
+from app.bridge.safetensors_io import (
+    StoredTensor,
+    from_safetensors,
+    safetensors_names,
+    to_safetensors,
+    write_safetensors,
+)
 from schema import Issue, ScalarType
 from tests.programs import ZooProgram, outputs_close
 
@@ -225,3 +233,67 @@ def test_kinds_for_missing_tensors_are_refused() -> None:
     assert caught.value.issues == [
         Issue("safetensors-unknown-tensor", "/y", "a kind was given for no tensor")
     ]
+
+
+def _blocks(data: bytes, size: int, reads: list[str], name: str) -> Iterator[bytes]:
+    reads.append(name)
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def _streamed(raw: RawTensor, reads: list[str]) -> StoredTensor:
+    return StoredTensor(
+        raw.name, raw.kind, raw.meta, len(raw.data), lambda: _blocks(raw.data, 5, reads, raw.name)
+    )
+
+
+def test_streamed_writing_is_what_the_library_reads(
+    serialized: dict[str, SerializedProgram],
+) -> None:
+    tensors = [
+        *serialized["dtypes"].tensors.values(),
+        _raw("transposed", torch.arange(12, dtype=torch.float32).reshape(3, 4).t()),
+        _raw("window", torch.arange(10, dtype=torch.int8)[3:7]),
+    ]
+    reads: list[str] = []
+    out = io.BytesIO()
+    write_safetensors(out, [_streamed(t, reads) for t in tensors], {"format": "pt"})
+    assert out.getvalue() == to_safetensors(tensors, {"format": "pt"})
+    # each storage is read once, when its turn comes in the file's order
+    assert sorted(reads) == sorted(t.name for t in tensors)
+    (size,) = struct.unpack_from("<Q", out.getvalue())
+    header = orjson.loads(out.getvalue()[8 : 8 + size])
+    del header["__metadata__"]
+    assert sorted(header, key=lambda n: header[n]["data_offsets"]) == reads
+    assert torch.equal(st_load(out.getvalue())["window"], torch.arange(3, 7, dtype=torch.int8))
+
+
+def test_a_stream_of_the_wrong_length_is_refused() -> None:
+    raw = _raw("x", torch.ones(4))
+    short = StoredTensor("x", "buffer", raw.meta, len(raw.data), lambda: (raw.data[:-4],))
+    with pytest.raises(BridgeFailure) as caught:
+        write_safetensors(io.BytesIO(), [short])
+    assert (caught.value.code, caught.value.message) == (
+        "tensor-data-invalid",
+        "'x' gave 12 bytes of storage, not the 16 it declares",
+    )
+
+
+def test_sizes_are_checked_before_any_byte_is_read() -> None:
+    raw = _raw("x", torch.ones(4))
+    unread = StoredTensor("x", "buffer", raw.meta, 8, lambda: pytest.fail("read"))
+    with pytest.raises(BridgeFailure) as caught:
+        write_safetensors(io.BytesIO(), [unread])
+    assert caught.value.code == "tensor-data-invalid"
+    assert [i.code for i in caught.value.issues] == ["tensor-data-short"]
+
+
+def test_names_come_from_the_header_alone(tmp_path: Path) -> None:
+    data = st_save({"b": torch.ones(2), "a": torch.zeros(3)}, metadata={"format": "pt"})
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(data)
+    assert sorted(safetensors_names(data)) == sorted(safetensors_names(path)) == ["a", "b"]
+    path.write_bytes(data[:12])
+    with pytest.raises(BridgeFailure) as caught:
+        safetensors_names(path)
+    assert caught.value.code == "safetensors-invalid"
