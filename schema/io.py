@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar
 
@@ -44,11 +46,7 @@ def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # typ
     The first pass forbids unknown keys, so that a document without any (the common case) is
     known to have none without walking the models; only a document with some is read again.
     """
-    # The models are acyclic and many: the cyclic collector's walks over them cost more than
-    # the validation itself on large graphs, so it pauses while they are built.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with no_cycle_collection():
         reading = Reading()
         try:
             doc = model.model_validate_json(data, extra="forbid", context=reading)
@@ -62,6 +60,19 @@ def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # typ
             raise DocumentInvalid(issues_from(exc, model)) from None
         unknown = [i.path for i in issues_from(first, model) if i.code == "unknown-field"]
         return Read(doc, unknown, sorted(reading.filled))
+
+
+@contextmanager
+def no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector while many acyclic models are built; then restore it.
+
+    The models form no cycles, so the collector finds nothing in them, yet on large graphs its
+    repeated walks over them cost more than building them (validation, canonicalizing, diffs).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if enabled:
             gc.enable()

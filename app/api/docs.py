@@ -20,6 +20,27 @@ DOCUMENT_BODY = {
 }
 
 
+#: The problems of reading an upload at all (app.api.uploads).
+_UPLOAD_PROBLEMS = (
+    "bad-request",
+    "bad-multipart",
+    "missing-part",
+    "payload-too-large",
+    "unsupported-media-type",
+    "request-invalid",
+)
+#: ... and of reading a program from it (app.operations: open, bound, parse, screen).
+READ_PROBLEMS = (
+    *_UPLOAD_PROBLEMS,
+    "archive-corrupt",
+    "invalid-document",
+    "unsupported-schema-major",
+    "unsafe-pickle",
+)
+#: A torch job's failures (app.bridge.pool).
+TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
+
+
 def request_body(
     *fields: str,
     json: dict[str, Any] | None = DOCUMENT_BODY,

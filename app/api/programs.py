@@ -13,7 +13,7 @@ from pydantic import BaseModel
 import schema
 from app import operations as ops
 from app.api.deps import OutputDep, PoolDep, SettingsDep, UploadDep
-from app.api.docs import DOCUMENT_BODY, ZIP, request_body
+from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part
 from app.archive import ManifestEntry
@@ -21,23 +21,6 @@ from app.programs.diff import ProgramDiff, render_text
 from app.programs.validation import Level, Report
 
 router = APIRouter(prefix="/v1", tags=["programs"])
-
-_UPLOAD_PROBLEMS = (
-    "bad-request",
-    "bad-multipart",
-    "missing-part",
-    "payload-too-large",
-    "unsupported-media-type",
-    "request-invalid",
-)
-_READ_PROBLEMS = (
-    *_UPLOAD_PROBLEMS,
-    "archive-corrupt",
-    "invalid-document",
-    "unsupported-schema-major",
-    "unsafe-pickle",
-)
-_TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
 
 
 class SerializeResponse(BaseModel):
@@ -70,7 +53,7 @@ def _archive_part(part: Part) -> Part:
             "description": "JSON; a zip of documents, manifest and weights.safetensors "
             "with ?weights=safetensors",
         },
-        **problem_responses(*_READ_PROBLEMS),
+        **problem_responses(*READ_PROBLEMS),
     },
 )
 def serialize(
@@ -107,7 +90,7 @@ def serialize(
             "content": {ZIP: {"schema": {"type": "string", "format": "binary"}}},
             "description": "A .pt2 archive that torch.export.load opens",
         },
-        **problem_responses(*_READ_PROBLEMS, "weights-mismatch", *_TORCH_PROBLEMS),
+        **problem_responses(*READ_PROBLEMS, "weights-mismatch", *TORCH_PROBLEMS),
     },
 )
 def deserialize(
@@ -138,7 +121,7 @@ def deserialize(
             "description": "The canonical document's bytes; digests in X-Graph-Digest, "
             "X-Weights-Digest, X-Program-Digest and the ETag",
         },
-        **problem_responses(*_READ_PROBLEMS, "graph-cycle"),
+        **problem_responses(*READ_PROBLEMS, "graph-cycle"),
     },
 )
 def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> Response:
@@ -163,7 +146,7 @@ def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = N
     response_model=Report,
     # any JSON: reporting what is wrong with a document is this endpoint's job
     openapi_extra=request_body("file", json={}),
-    responses=problem_responses(*_READ_PROBLEMS, *_TORCH_PROBLEMS),
+    responses=problem_responses(*READ_PROBLEMS, *TORCH_PROBLEMS),
 )
 def validate(
     upload: UploadDep,
@@ -205,7 +188,7 @@ class CompatOut(BaseModel):
     "/compat",
     response_model=CompatOut,
     openapi_extra=request_body("file"),
-    responses=problem_responses(*_READ_PROBLEMS),
+    responses=problem_responses(*READ_PROBLEMS),
 )
 def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> CompatOut:
     """An archive or a document -> the torch releases whose schema can read it, and why not."""
@@ -224,7 +207,7 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
     "/inspect",
     response_model=dict[str, Any],
     openapi_extra=request_body("file"),
-    responses=problem_responses(*_READ_PROBLEMS, "invalid-depth", "invalid-stage-count"),
+    responses=problem_responses(*READ_PROBLEMS, "invalid-depth", "invalid-stage-count"),
 )
 def inspect(
     upload: UploadDep,
@@ -252,7 +235,7 @@ def inspect(
     openapi_extra=request_body("old", "new", json=None, zip_=False, required=2),
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
-        **problem_responses(*_READ_PROBLEMS, "graph-cycle"),
+        **problem_responses(*READ_PROBLEMS, "graph-cycle"),
     },
 )
 def diff(

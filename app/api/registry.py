@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
-from app.api.docs import request_body
+from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.archive import open_archive
@@ -64,21 +64,10 @@ _PUSH_PROBLEMS = (
     "invalid-name",
     "invalid-program",
     "registry-unavailable",
-    "bad-request",
-    "bad-multipart",
-    "missing-part",
-    "payload-too-large",
-    "unsupported-media-type",
-    "request-invalid",
-    "archive-corrupt",
-    "invalid-document",
-    "unsupported-schema-major",
-    "unsafe-pickle",
+    *READ_PROBLEMS,
     "ambiguous-model",
     "unknown-model",
-    "worker-crashed",
-    "worker-timeout",
-    "worker-out-of-memory",
+    *TORCH_PROBLEMS,
 )
 
 

@@ -35,11 +35,9 @@ unchanged sub-models; the input is never mutated.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable
 from operator import itemgetter
 from typing import Any, TypeVar
 
@@ -50,6 +48,7 @@ from app.failure import Failure
 from app.programs.validation import digit_runs
 from schema import Issue, dump
 from schema.errors import pointer
+from schema.io import no_cycle_collection
 from schema.models import (
     ArgumentAsBool,
     ArgumentAsCustomObj,
@@ -601,30 +600,13 @@ def _ordered(
     return [(idx, arg, spec) for _, _, idx, arg, spec in keyed]
 
 
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Pause the cyclic GC while we allocate many acyclic models.
-
-    Every few thousand allocations the collector walks the whole heap (the document, and torch
-    when it is loaded), which otherwise costs more than the work itself on big graphs. We create
-    no cycles, so nothing is left for the collector; its previous state is restored.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def canonicalize(doc: ExportedProgram, *, constants: Collection[str] = ()) -> ExportedProgram:
     """The canonical form of `doc` by torch's ``canonicalize()`` rules (a new document).
 
     `constants` names values torch treats as constants: their uses add no ordering edge and
     rank -1 (torch's ``canonicalize(ep, constants)``; empty by default, as in torch).
     """
-    with _no_cycle_collection():
+    with no_cycle_collection():
         return _canonical_program(doc, frozenset(constants))
 
 
@@ -695,7 +677,7 @@ _MIN_LONG, _MAX_DIGITS = 19, 20
 
 def canonical_bytes(doc: BaseModel) -> bytes:
     """JSON of `doc` with sorted keys, compact separators, UTF-8, torch's float strings."""
-    with _no_cycle_collection():
+    with no_cycle_collection():
         wire = dump(doc)
         if _orjson_exact(wire):
             return orjson.dumps(orjson.loads(wire), option=orjson.OPT_SORT_KEYS)

@@ -17,10 +17,6 @@ version alone (reported, but no verdict changes for it).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from app.programs.diff_interface import Symbols, compare_interface, compare_ranges, match_inputs
 from app.programs.diff_models import (
     ArgumentChange,
@@ -49,6 +45,7 @@ from app.programs.diff_weights import (
 )
 from app.programs.inspect import InspectFailure, module_tree
 from app.programs.inspect_common import argument_values
+from schema.io import no_cycle_collection
 from schema.models import (
     ExportedProgram,
     InputSpecBuffer,
@@ -97,23 +94,8 @@ def diff_programs(
 ) -> ProgramDiff:
     """Everything that changed from `old` to `new` (values too, when both have weights);
     `written_as` gives the schema versions the two documents had before they were upgraded."""
-    with _no_cycle_collection():
+    with no_cycle_collection():
         return _diff(old, new, old_weights, new_weights, written_as)
-
-
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Pause the cyclic GC while the diff allocates its many acyclic tuples and models.
-
-    On a large graph the collector's repeated walks over the heap cost more than the diff.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _diff(
