@@ -9,8 +9,7 @@ import pytest
 from tests.programs import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-HISTORY = SHARED / "torch-schema-history"
+HISTORY = ROOT / "tests" / "data" / "torch-schema-history"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,9 +32,5 @@ def zoo_json(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
 
 @pytest.fixture(scope="session")
 def history_dir() -> Path:
-    """torch's schema.yaml of every release (read-only, beside the checkout)."""
-    if not HISTORY.is_dir():
-        pytest.fail(
-            f"the schema history is missing: {HISTORY} (../shared must sit beside the repo)"
-        )
+    """torch's schema.yaml of every release, kept in the repository as test data."""
     return HISTORY
