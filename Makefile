@@ -1,21 +1,29 @@
 # One venv for everything; torch comes from the pinned CPU wheel (pip, never uv/poetry).
-PY ?= python3.11
+# `make run` installs what the service needs (.[all]); `make test` adds the test tools (.[all,dev]).
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install fuzz
+.PHONY: run test lint openapi bench install fuzz opset
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[all]'
+	touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml $(RUN_STAMP)
+	$(BIN)/pip install -q -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/pt2serde serve
 
 lint: $(STAMP)
@@ -28,6 +36,10 @@ test: lint
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json
+
+# The operator registry, written from the installed torch (tests/bridge/test_opset_current.py).
+opset: $(STAMP)
+	$(BIN)/python -m app.bridge.opset_dump app/programs/opset.json.gz
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

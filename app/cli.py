@@ -1,8 +1,13 @@
-"""The `pt2serde` command. Exit codes: 0 ok, 1 invalid input, 2 usage error."""
+"""The `pt2serde` command. Exit codes: 0 ok, 1 invalid input, 2 usage error, 3 an extra is missing.
+
+The document commands need only the base install; deserialize and validate --level torch need
+`pt2serde[torch]`, serve and the registry commands `pt2serde[server]`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -22,6 +27,8 @@ from app.settings import Settings
 from schema.diff import DescriptionLike
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+#: A command needs an optional dependency (an extra) that is not installed.
+EXIT_MISSING_EXTRA = 3
 #: Inputs at least this large get progress lines on stderr (and any input with --progress).
 PROGRESS_BYTES = 64 * 1024 * 1024
 
@@ -497,12 +504,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The extra that installs each optional top-level module the commands import.
+_EXTRA_OF: dict[str, str] = {
+    "torch": "torch",
+    **dict.fromkeys(
+        ("fastapi", "starlette", "uvicorn", "multipart", "sqlalchemy", "alembic", "psycopg"),
+        "server",
+    ),
+}
+
+
+def _missing_extra(command: str, module: str) -> int:
+    extra = _EXTRA_OF[module]
+    sys.stderr.write(
+        f"pt2serde: missing-extra: {command} needs {module}, which is not installed: "
+        f"pip install 'pt2serde[{extra}]'\n"
+    )
+    return EXIT_MISSING_EXTRA
+
+
+def _torch_command(args: argparse.Namespace) -> str | None:
+    """The command line, when it runs torch (in a worker, so a missing torch shows up late)."""
+    if args.command == "deserialize":
+        return "deserialize"
+    if args.command == "validate" and args.level == "torch":
+        return "validate --level torch"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run one subcommand, print one clear line on failure."""
     args = build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
+    torch_command = _torch_command(args)
+    if torch_command is not None and importlib.util.find_spec("torch") is None:
+        return _missing_extra(torch_command, "torch")
     try:
         return run(args)
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").partition(".")[0]
+        if module not in _EXTRA_OF:
+            raise
+        return _missing_extra(args.command, module)
     except (Failure, schema.SchemaError) as exc:
         code = getattr(exc, "code", "error")
         message = exc.message if isinstance(exc, Failure) else str(exc)
