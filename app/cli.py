@@ -10,7 +10,6 @@ import argparse
 import importlib.util
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from typing import Any, NoReturn
 import orjson
 
 import schema
+from app import files
 from app import operations as ops
 from app.failure import Failure
 from app.programs.diff import render_text
@@ -68,15 +68,15 @@ def _write_atomic(target: str, data: bytes) -> None:
         sys.stdout.flush()
         return
     path = Path(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    fd, tmp = files.temporary_beside(path)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, path)
+        files.publish(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -133,15 +133,14 @@ def _deserialize(args: argparse.Namespace) -> int:
     weights = Path(args.weights) if args.weights else None
     output = Path(args.output)
     # the worker writes a file beside the output, renamed over it only once it is whole
-    fd, name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    fd, partial = files.temporary_beside(output)
     os.close(fd)
-    partial = Path(name)
     try:
         with _source(args, settings) as source, _pool(settings) as pool:
             tensors = ops.weights_from(weights, source, args.model)
             _step(args, f"building the program with torch ({len(tensors)} tensors)")
             ops.deserialize_to(source, tensors, settings, pool, partial, args.model)
-        os.replace(partial, output)
+        files.publish(partial, output)
     finally:
         partial.unlink(missing_ok=True)
     size = output.stat().st_size
@@ -168,12 +167,16 @@ def _canonicalize(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    if args.weights and args.level != "torch":
+        sys.stderr.write("pt2serde: usage error: --weights is checked at --level torch only\n")
+        return EXIT_USAGE
     settings = Settings.from_env()
     with _source(args, settings) as source:
         _step(args, f"validating at level {args.level}")
         if args.level == "torch":
+            weights = Path(args.weights) if args.weights else None
             with _pool(settings) as pool:
-                report = ops.validate(source, args.level, settings, pool, args.model)
+                report = ops.validate(source, args.level, settings, pool, args.model, weights)
         else:
             report = ops.validate(source, args.level, settings, None, args.model)
     lines = [
@@ -281,10 +284,36 @@ def _version_line(v: Any) -> str:
     )
 
 
+class _Transfer:
+    """Bytes sent or received, as progress lines at most twice a second and at the end."""
+
+    def __init__(self, args: argparse.Namespace, verb: str) -> None:
+        self.args = args
+        self.verb = verb
+        self.progress: _Progress | None = None
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            self.progress = _Progress(self.args, total)
+        now = time.monotonic()
+        if done != total and now - self.last < 0.5:
+            return
+        self.last = now
+        of = f" of {total / 1e6:.1f} MB ({100 * done // total}%)" if total else " MB"
+        self.progress.step(f"{self.verb} {done / 1e6:.1f}{of}")
+
+
 def _push(args: argparse.Namespace) -> int:
     from app.registry import client
 
-    pushed = client.push(_server(args), args.name, Path(args.input), model=args.model)
+    pushed = client.push(
+        _server(args),
+        args.name,
+        Path(args.input),
+        model=args.model,
+        progress=_Transfer(args, "sent"),
+    )
     verb = "pushed" if pushed.created else "already there:"
     _emit(args, pushed.version.model_dump(mode="json"), f"{verb} {_version_line(pushed.version)}")
     return EXIT_OK
@@ -293,7 +322,9 @@ def _push(args: argparse.Namespace) -> int:
 def _pull(args: argparse.Namespace) -> int:
     from app.registry import client
 
-    got = client.pull(_server(args), args.name, Path(args.dest), args.ref)
+    got = client.pull(
+        _server(args), args.name, Path(args.dest), args.ref, progress=_Transfer(args, "received")
+    )
     _emit(args, got.model_dump(mode="json"), f"wrote {args.dest}: {_version_line(got)}")
     return EXIT_OK
 
@@ -408,18 +439,26 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = _Parser(prog="pt2serde", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # every command takes --progress (those with nothing long to report accept and ignore it)
+    shared = _Parser(add_help=False)
+    shared.add_argument(
+        "--progress",
+        action="store_true",
+        help=f"progress lines on stderr (on by itself for inputs over {PROGRESS_BYTES >> 20} MB)",
+    )
 
-    serve = sub.add_parser("serve", help="run the HTTP service")
+    serve = sub.add_parser("serve", help="run the HTTP service", parents=[shared])
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int, help="HTTP server processes (default: one per CPU)")
     serve.set_defaults(run=_serve)
 
     def operation(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:
-        cmd = sub.add_parser(name, help=help_)
-        cmd.add_argument("input", help="a .pt2 archive or a JSON document")
+        cmd = sub.add_parser(name, help=help_, parents=[shared])
+        cmd.add_argument(
+            "input", help="a .pt2 archive, a JSON document, or what serialize -o writes"
+        )
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
-        cmd.add_argument("--progress", action="store_true", help="progress lines on stderr")
         cmd.add_argument("--model", help="which model of a multi-model archive")
         cmd.set_defaults(run=run)
         return cmd
@@ -435,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     operation("hash", _canonicalize, "graph, weights and program digests").set_defaults(output=None)
     val = operation("validate", _validate, "validation report (exit 1 if invalid)")
     val.add_argument("--level", choices=["schema", "semantic", "torch"], default="torch")
+    val.add_argument(
+        "--weights", help="safetensors weights the torch level checks (default: the archive's own)"
+    )
 
     dif = operation("diff", _diff, "what changed between two programs")
     dif.add_argument("new", help="the newer .pt2 archive or JSON document")
@@ -454,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--allow-single-node", action="store_true")
 
     def registry(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:
-        cmd = sub.add_parser(name, help=help_)
+        cmd = sub.add_parser(name, help=help_, parents=[shared])
         cmd.add_argument("name", help="the model name")
         cmd.add_argument("--url", help="the service (default $PT2SERDE_URL or 127.0.0.1:8000)")
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
@@ -473,17 +515,23 @@ def build_parser() -> argparse.ArgumentParser:
     ali.add_argument("alias")
     ali.add_argument("version", type=int)
 
-    sch = sub.add_parser("schema", help="schema versions and descriptions")
+    sch = sub.add_parser("schema", help="schema versions and descriptions", parents=[shared])
     sch_sub = sch.add_subparsers(dest="schema_command", required=True, parser_class=_Parser)
-    versions = sch_sub.add_parser("versions", help="known schema versions and torch releases")
+    versions = sch_sub.add_parser(
+        "versions", help="known schema versions and torch releases", parents=[shared]
+    )
     versions.add_argument("--json", action="store_true")
     versions.set_defaults(run=_schema_versions)
-    describe = sch_sub.add_parser("describe", help="describe a version (schema.yaml shape)")
+    describe = sch_sub.add_parser(
+        "describe", help="describe a version (schema.yaml shape)", parents=[shared]
+    )
     describe.add_argument("version")
     describe.add_argument("--json-schema", action="store_true", help="print the JSON Schema")
     describe.set_defaults(run=_schema_describe)
     sdiff = sch_sub.add_parser(
-        "diff", help="changes between two versions or schema.yaml files (exit 1 if MODE fails)"
+        "diff",
+        help="changes between two versions or schema.yaml files (exit 1 if MODE fails)",
+        parents=[shared],
     )
     sdiff.add_argument("old", help="a version (8.7) or a schema.yaml path")
     sdiff.add_argument("new", help="a version (8.20) or a schema.yaml path")
@@ -495,11 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sdiff.add_argument("--json", action="store_true", help="JSON instead of a markdown changelog")
     sdiff.set_defaults(run=_schema_diff)
-    scompat = sch_sub.add_parser("compat", help="torch releases that can read a program")
+    scompat = sch_sub.add_parser(
+        "compat", help="torch releases that can read a program", parents=[shared]
+    )
     scompat.add_argument("input", help="a .pt2 archive or a JSON document")
     scompat.add_argument("--json", action="store_true")
     scompat.add_argument("--model")
-    scompat.add_argument("--progress", action="store_true")
     scompat.set_defaults(run=_schema_compat)
     return parser
 
@@ -549,11 +598,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Failure, schema.SchemaError) as exc:
         code = getattr(exc, "code", "error")
         message = exc.message if isinstance(exc, Failure) else str(exc)
-        sys.stderr.write(f"pt2serde: {code}: {message}\n")
-        return EXIT_INVALID
+        _fail(args, code, message, list(getattr(exc, "issues", None) or []))
     except OSError as exc:
-        sys.stderr.write(f"pt2serde: io-error: {exc.strerror or exc}: {exc.filename or ''}\n")
-        return EXIT_INVALID
+        _fail(args, "io-error", f"{exc.strerror or exc}: {exc.filename or ''}", [])
+    return EXIT_INVALID
+
+
+#: How many of a failure's issues the text output lists (--json gives them all).
+SHOWN_ISSUES = 5
+
+
+def _fail(args: argparse.Namespace, code: str, message: str, issues: list[schema.Issue]) -> None:
+    """A failure: one line on stderr and its first issues; with --json, also the whole problem
+    (the HTTP problem's code, detail and errors) on stdout, where a script reads results."""
+    if getattr(args, "json", False):
+        problem = {
+            "code": code,
+            "detail": message,
+            "errors": [{"code": i.code, "path": i.path, "message": i.message} for i in issues],
+        }
+        sys.stdout.buffer.write(orjson.dumps(problem, option=orjson.OPT_INDENT_2) + b"\n")
+    lines = [f"pt2serde: {code}: {message}"]
+    lines += [f"  {i.code}  {i.path or '/'}  {i.message}" for i in issues[:SHOWN_ISSUES]]
+    if len(issues) > SHOWN_ISSUES:
+        lines.append(f"  ... and {len(issues) - SHOWN_ISSUES} more (--json lists them all)")
+    sys.stderr.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ looks at it; torch runs only in the worker pool.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
+import orjson
 from pydantic import BaseModel
 
 import schema
@@ -27,6 +29,7 @@ from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
+from app.programs.inspect_common import graph_weights
 from app.programs.screen import refuse_if_unsafe, screen
 from app.programs.validation import (
     Finding,
@@ -112,10 +115,34 @@ def open_source(data: bytes | Path, media: Media, settings: Settings) -> Iterato
     """Open an archive or read a document, closing the archive afterwards."""
     if media == "json":
         raw = data if isinstance(data, bytes) else data.read_bytes()
-        yield Source({"model": raw})
+        yield Source(_json_documents(raw, settings))
         return
     with open_archive(data, settings) as archive:
         yield Source(dict(archive.documents), archive, data)
+
+
+#: serialize's output, `{"documents": {name: document}, "weights": [...]}`: "documents" comes
+#: first as written, and also when a tool sorts the keys.
+_SERIALIZED = re.compile(rb'\s*\{\s*"documents"\s*:')
+
+
+def _json_documents(raw: bytes, settings: Settings) -> dict[str, bytes]:
+    """The documents of a JSON body: a bare document (named `model`), or each document of what
+    serialize writes, so that its output reads wherever a document does (`--model` picks one)."""
+    if not _SERIALIZED.match(raw):
+        return {"model": raw}
+    _refuse_unreadable(raw, settings)
+    try:
+        documents = orjson.loads(raw)["documents"]
+    except orjson.JSONDecodeError:
+        return {"model": raw}  # reported as the invalid JSON it is by whatever reads it
+    if not isinstance(documents, dict) or not documents or not all(
+        isinstance(d, dict) for d in documents.values()
+    ):
+        raise schema.DocumentInvalid(
+            [schema.Issue("wrong-type", "/documents", "expected an object of documents")]
+        )
+    return {str(name): orjson.dumps(doc) for name, doc in documents.items()}
 
 
 def media_of(path: Path) -> Media:
@@ -176,33 +203,61 @@ def serialize(source: Source, settings: Settings) -> Serialized:
 
 
 def refuse_pickles(source: Source, settings: Settings) -> None:
-    """Pickled payloads are refused unless the deployment carries them as opaque bytes; sample
-    inputs that would import more than tensors are refused always (they are never loaded)."""
+    """Pickled payloads are refused unless the deployment carries them as opaque bytes. Sample
+    inputs are not refused: what we write never holds ones we cannot prove (`sample_inputs`)."""
     if source.pickled and not settings.allow_opaque_pickles:
         raise OperationFailure(
             "unsafe-pickle",
             f"the archive holds pickled members, which are never loaded: {source.pickled}",
             [schema.Issue("unsafe-pickle", "", m) for m in source.pickled],
         )
-    hostile = hostile_sample_inputs(source, settings)
-    if hostile:
-        raise OperationFailure("unsafe-pickle", "sample inputs that would run code", hostile)
 
 
-def hostile_sample_inputs(source: Source, settings: Settings) -> list[schema.Issue]:
-    """Sample inputs whose pickle imports more than a weights-only tensor loader allows."""
+SAMPLE_INPUTS_DROPPED = "sample-inputs-dropped"
+
+
+@dataclass(frozen=True)
+class SampleInputs:
+    """Each model's sample inputs: the members proven loadable, and a warning for the others."""
+
+    #: model -> its non-empty sample inputs member that torch's weights_only loader reads
+    proven: dict[str, str]
+    #: model -> why its sample inputs are left out of every archive we write
+    dropped: dict[str, Finding]
+
+
+def sample_inputs(source: Source, settings: Settings) -> SampleInputs:
+    """Prove each model's sample inputs `weights_only`-loadable, or drop them with a warning:
+    they are never loaded here, and an unproven pickle is no reason to refuse the program."""
+    proven: dict[str, str] = {}
+    dropped: dict[str, Finding] = {}
     archive = source.archive
     if archive is None:
-        return []
-    issues = []
-    for member in archive.sample_inputs.values():
-        data = archive.reader.read_member(member, settings.max_json_bytes)
-        if not data:
+        return SampleInputs(proven, dropped)
+    for model, member in archive.sample_inputs.items():
+        size = archive.reader.member(member).size
+        if not size:
             continue  # an empty member is how an archive says it has no sample inputs
-        bad = check_torch_save(data, settings)
-        if bad:
-            issues.append(schema.Issue("unsafe-pickle", "", f"{member} would import {bad}"))
-    return issues
+        why = None
+        if size > settings.max_json_bytes:
+            why = f"it has {size} bytes, more than the {settings.max_json_bytes} checked"
+        else:
+            try:
+                bad = check_torch_save(archive.reader.read_member(member, size), settings)
+            except Failure as exc:
+                bad = [str(exc)]
+            if bad:
+                why = f"torch's weights_only loader cannot be proven to read it: {bad}"
+        if why is None:
+            proven[model] = member
+        else:
+            dropped[model] = Finding(
+                code=SAMPLE_INPUTS_DROPPED,
+                severity="warning",
+                path="",
+                message=f"sample inputs {member} left out of what is written; {why}",
+            )
+    return SampleInputs(proven, dropped)
 
 
 def weights_safetensors(source: Source, model: str | None = None) -> bytes:
@@ -293,8 +348,10 @@ def validate(
     settings: Settings,
     runner: TorchRunner | None,
     model: str | None = None,
+    weights: Path | None = None,
 ) -> Report:
-    """The validation report of one model at a level; `torch` needs a runner (the pool)."""
+    """The validation report of one model at a level; `torch` needs a runner (the pool), and
+    checks the tensors of `weights` (a safetensors file) or else the archive's own."""
     name = source.model(model)
     pickled = source.pickled
     raw = source.documents[name]
@@ -313,11 +370,8 @@ def validate(
         pickled,
         unknown=upgraded.unknown_fields,
     )
-    report.findings.extend(
-        Finding(code=i.code, severity="error", path=i.path, message=i.message)
-        for i in hostile_sample_inputs(source, settings)
-    )
-    report.valid = report.valid and not any(f.severity == "error" for f in report.findings)
+    dropped = sample_inputs(source, settings).dropped.get(name)
+    report.findings.extend([dropped] if dropped is not None else [])
     for step in upgraded.steps:
         report.findings.append(Finding(code="upgraded", severity="info", path="", message=step))
     if level != "torch" or not report.valid:
@@ -325,7 +379,7 @@ def validate(
     if runner is None:
         raise OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
     result = runner.submit(
-        "job_torch_check", schema.dump(upgraded.document), weights_from(None, source, name)
+        "job_torch_check", schema.dump(upgraded.document), weights_from(weights, source, name)
     )
     assert isinstance(result, dict)
     return merge_torch_check(report, TorchCheck.from_dict(result))
@@ -487,4 +541,20 @@ def deserialize_to(
     document and the weights; the worker reads the weights and writes the file itself."""
     refuse_pickles(document, settings)
     doc = read_document(document, model, settings).doc
+    _refuse_without_weights(doc, weights)
     runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)
+
+
+def _refuse_without_weights(doc: schema.ExportedProgram, weights: TensorSource) -> None:
+    """A bare document whose program has weights, and no weights to go with it: said plainly,
+    rather than as torch's list of every tensor that does not match."""
+    if weights.archive is not None or weights.safetensors is not None:
+        return
+    needed = graph_weights(doc)
+    if needed:
+        raise OperationFailure(
+            "weights-missing",
+            f"no weights given: the document needs {len(needed)} tensor(s); pass a safetensors "
+            "file (--weights, or the form part `weights`), or the .pt2 archive itself",
+            [schema.Issue("weight-missing", "", f"{w.kind} {w.name!r}") for w in needed],
+        )

@@ -97,6 +97,7 @@ register(
     invalid_tensor_view="A tensor view does not fit its storage",
     tensor_symbolic="A stored tensor has a symbolic size",
     weights_mismatch="The weights do not match the document's signature",
+    weights_missing="No weights were given for a document whose program has some",
     tensor_data_invalid="Tensor bytes do not fit the tensor's meta",
     tensors_duplicate_name="Two tensors share a name",
     safetensors_invalid="The safetensors file cannot be read",

@@ -11,20 +11,23 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import httpx
 
 import schema
+from app import files
 from app.failure import Failure
 from app.registry.records import AliasInfo, Pushed, VersionInfo, VersionPage
 
 DEFAULT_TIMEOUT_S = 600.0
 _CHUNK = 1 << 20
+
+#: Told the bytes moved so far and the total (0 when the server did not say), after each chunk.
+Progress = Callable[[int, int], None]
 
 
 class ClientFailure(Failure):
@@ -72,22 +75,34 @@ def push(
     *,
     model: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    progress: Progress | None = None,
 ) -> Pushed:
     """Upload the .pt2 at `path` (streamed) as model `name`'s next version; `created` is False
     when the same program already was a live version (which is returned)."""
     params = {"model": model} if model is not None else {}
     with _client(timeout) as client, path.open("rb") as body:
+        size = os.fstat(body.fileno()).st_size
         response = client.post(
             _url(url, "models", name, "versions"),
-            content=body,
+            content=_chunks(body, size, progress),
             params=params,
-            headers={"Content-Type": "application/zip"},
+            # a length, not chunked encoding: the server refuses an oversized body up front
+            headers={"Content-Type": "application/zip", "Content-Length": str(size)},
         )
     _raise_for(response)
     return Pushed(
         version=VersionInfo.model_validate_json(response.content),
         created=response.status_code == 201,
     )
+
+
+def _chunks(body: BinaryIO, size: int, progress: Progress | None) -> Iterator[bytes]:
+    sent = 0
+    while chunk := body.read(_CHUNK):
+        yield chunk
+        sent += len(chunk)
+        if progress is not None:
+            progress(sent, size)
 
 
 def pull(
@@ -97,6 +112,7 @@ def pull(
     ref: str | int = "latest",
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
+    progress: Progress | None = None,
 ) -> VersionInfo:
     """Download a version's .pt2 to `dest` (written whole or not at all, its sha256 checked);
     `ref` is a version number, an alias or ``latest``."""
@@ -107,21 +123,26 @@ def pull(
         archive = _url(url, "models", name, "versions", info.version, "archive")
         with client.stream("GET", archive) as response:
             _raise_for(response)
-            _save(response, dest, info.digests.archive)
+            _save(response, dest, info.digests.archive, progress)
     return info
 
 
-def _save(response: httpx.Response, dest: Path, digest: str) -> None:
+def _save(response: httpx.Response, dest: Path, digest: str, progress: Progress | None) -> None:
     """The body into a temporary file beside `dest`, checked, fsynced, then renamed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    temp = Path(name)
+    fd, temp = files.temporary_beside(dest)
     try:
         hasher = hashlib.sha256()
+        length = response.headers.get("content-length", "")
+        total = int(length) if length.isdigit() else 0
+        received = 0
         with os.fdopen(fd, "wb") as out:
             for chunk in response.iter_bytes(_CHUNK):
                 hasher.update(chunk)
                 out.write(chunk)
+                received += len(chunk)
+                if progress is not None:
+                    progress(received, total)
             out.flush()
             os.fsync(out.fileno())
         if hasher.hexdigest() != digest:
@@ -129,7 +150,7 @@ def _save(response: httpx.Response, dest: Path, digest: str) -> None:
                 "download-corrupt",
                 f"the downloaded archive hashes to {hasher.hexdigest()}, not {digest}",
             )
-        os.replace(temp, dest)
+        files.publish(temp, dest)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
