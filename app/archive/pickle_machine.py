@@ -1,0 +1,776 @@
+"""A pickle machine that never runs a pickle: every opcode of protocols 0-5, simulated on symbols.
+
+The machine keeps pickle's own state (a stack, the stack of marks, the memo, the frame) and
+decodes each opcode exactly as CPython's unpickler and torch's `weights_only` unpickler read it,
+but it imports nothing and calls nothing: a global is a `Global` name, a call is whatever the
+`Policy` says it makes, a persistent id is what the policy says it loads. The policy decides what
+is allowed (`app.archive.pickles` holds torch's `weights_only` rules; `Survey` here lets every
+opcode through and lists the globals a pickle names). Bounds on operations, stack, marks, memo and
+tuple nesting keep a hostile pickle from costing more than a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.failure import Failure
+
+
+class PickleRefused(Failure):
+    """A pickle the machine refuses: unreadable, over a bound, or outside the policy."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unsafe-pickle", message)
+
+
+@dataclass(frozen=True)
+class Global:
+    """A global a pickle names (`module.name`), never resolved."""
+
+    module: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        """`module.name`, the spelling torch's allowlist uses."""
+        return f"{self.module}.{self.name}"
+
+
+@dataclass(eq=False)
+class Instance:
+    """An object a call or a persistent load would make: its Python type and what we know of it.
+
+    Identity is its equality, as for the tensors, storages and mutable containers it stands for.
+    """
+
+    type: str
+    #: dtype name for tensors and storages, the known value for others (a Size's dims, say)
+    detail: Any = None
+    #: the entries of mapping objects (OrderedDict, Counter) that SETITEM(S) writes
+    items: dict[Any, Any] | None = None
+    #: element count of a storage
+    numel: int = 0
+    hashable: bool = True
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds that keep any pickle's simulation small."""
+
+    max_ops: int = 1_000_000
+    max_stack: int = 1_000_000
+    max_marks: int = 10_000
+    max_memo: int = 1_000_000
+    max_depth: int = 100
+
+
+class Policy:
+    """What a pickle may do; each hook refuses with `PickleRefused` or returns the result."""
+
+    def opcode(self, name: str, at: int) -> None:
+        """Called before each opcode runs."""
+
+    def global_(self, module: str, name: str, proto: int) -> Any:
+        """The value GLOBAL, STACK_GLOBAL or INST pushes for `module.name`."""
+        return Global(module, name)
+
+    def call(self, func: Any, args: Any) -> Any:
+        """What REDUCE makes of `func(*args)`."""
+        return Instance("?call")
+
+    def new(self, cls: Any, args: Any, kwargs: Any) -> Any:
+        """What NEWOBJ, NEWOBJ_EX, OBJ and INST make of `cls.__new__(cls, *args)`."""
+        return Instance("?new")
+
+    def build(self, inst: Any, state: Any) -> None:
+        """BUILD: `inst` takes `state`."""
+
+    def persistent(self, pid: Any) -> Any:
+        """What PERSID and BINPERSID load for `pid`."""
+        return Instance("?persistent")
+
+    def extension(self, code: int) -> Any:
+        """What EXT1/2/4 push for an extension-registry code."""
+        return Global("?extension", str(code))
+
+    def buffer(self) -> Any:
+        """What NEXT_BUFFER pushes (out-of-band buffers)."""
+        return Instance("?buffer", hashable=False)
+
+    def append_target(self, target: Any, op: str) -> None:
+        """APPEND(S) on `target` (a list, or whatever the policy lets extend)."""
+
+    def setitem_target(self, target: Any, op: str) -> None:
+        """SETITEM(S) on `target`."""
+
+    def additems_target(self, target: Any) -> None:
+        """ADDITEMS on `target`."""
+
+    def setitem(self, target: Any, key: Any, value: Any) -> None:
+        """Store one item; the machine has checked that `key` is hashable."""
+        if isinstance(target, dict):
+            target[key] = value
+        elif isinstance(target, Instance) and target.items is not None:
+            target.items[key] = value
+
+    def decode_short_binstring(self, raw: bytes) -> Any:
+        """SHORT_BINSTRING/BINSTRING/STRING values (the unpickler's `encoding`)."""
+        return raw.decode("ascii")
+
+
+@dataclass
+class Survey(Policy):
+    """Lets every opcode run symbolically and records the globals the pickle names."""
+
+    globals: list[str] = field(default_factory=list)
+
+    def global_(self, module: str, name: str, proto: int) -> Any:
+        """Record `module.name`."""
+        self.globals.append(f"{module}.{name}")
+        return Global(module, name)
+
+    def extension(self, code: int) -> Any:
+        """Record an extension code, which names a global from the loader's registry."""
+        self.globals.append(f"?extension-registry:{code}")
+        return Global("?extension", str(code))
+
+
+_MARK = object()
+
+
+def describe(value: Any) -> str:
+    """A short, bounded name for a value in a refusal (never its whole repr)."""
+    if isinstance(value, Global):
+        return f"global {value.path}"
+    if isinstance(value, Instance):
+        return f"a {value.type} object"
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+class Machine:
+    """The pickle machine; `run` returns the symbolic object STOP would return."""
+
+    def __init__(
+        self,
+        data: bytes,
+        policy: Policy,
+        limits: Limits | None = None,
+    ) -> None:
+        self.data = data
+        self.policy = policy
+        self.limits = limits or Limits()
+        self.pos = 0
+        self.at = 0
+        self.frame_end = -1
+        self.stack: list[Any] = []
+        self.metastack: list[list[Any]] = []
+        self.depth_below = 0  # items held in enclosing marks
+        self.memo: dict[int, Any] = {}
+        self.proto = 0
+        self.depths: dict[int, int] = {}
+        self.keep: list[Any] = []  # nested tuples, so the ids in `depths` stay theirs
+        self._ops: dict[int, tuple[str, Callable[[], bool]]] = {
+            code: (name, getattr(self, f"_op_{name.lower()}")) for code, name in _OPCODES.items()
+        }
+
+    # ------------------------------------------------------------------ reading
+
+    def refuse(self, message: str) -> PickleRefused:
+        """A refusal located at the current opcode."""
+        op = self.data[self.at] if self.at < len(self.data) else None
+        name = _OPCODES.get(op, "?") if op is not None else "end"
+        return PickleRefused(f"byte {self.at} ({name}): {message}")
+
+    def read(self, n: int) -> bytes:
+        """`n` bytes, or a refusal where the pickle (or its frame) ends first."""
+        end = self.pos + n
+        if self.frame_end >= 0:
+            if self.pos == self.frame_end:
+                self.frame_end = -1
+            elif end > self.frame_end:
+                raise self.refuse("reads past the end of its frame")
+        if end > len(self.data):
+            raise self.refuse("the pickle is truncated")
+        chunk = self.data[self.pos : end]
+        self.pos = end
+        return chunk
+
+    def readline(self) -> bytes:
+        """One line without its newline (a line needs its newline: EOF is a truncation)."""
+        limit = len(self.data) if self.frame_end < 0 else self.frame_end
+        if self.frame_end >= 0 and self.pos == self.frame_end:
+            self.frame_end, limit = -1, len(self.data)
+        end = self.data.find(b"\n", self.pos, limit)
+        if end < 0:
+            raise self.refuse("the pickle is truncated inside a line")
+        line = self.data[self.pos : end]
+        self.pos = end + 1
+        return line
+
+    def _uint(self, n: int) -> int:
+        return int.from_bytes(self.read(n), "little")
+
+    def _text(self, raw: bytes, what: str) -> str:
+        try:
+            return raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise self.refuse(f"{what} is not UTF-8") from None
+
+    # ------------------------------------------------------------------ the stack
+
+    def push(self, value: Any) -> None:
+        """Push, within the stack bound."""
+        if len(self.stack) + self.depth_below >= self.limits.max_stack:
+            raise self.refuse(f"more than {self.limits.max_stack} objects on the stack")
+        self.stack.append(value)
+
+    def pop(self) -> Any:
+        """Pop from above the last mark (pickle never reaches below it)."""
+        if not self.stack:
+            raise self.refuse("pops an empty stack")
+        return self.stack.pop()
+
+    def top(self) -> Any:
+        """The object on top, above the last mark."""
+        if not self.stack:
+            raise self.refuse("needs an object on an empty stack")
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[Any]:
+        """Everything pushed since the last MARK, which it removes."""
+        if not self.metastack:
+            raise self.refuse("no MARK to pop to")
+        items = self.stack
+        self.stack = self.metastack.pop()
+        self.depth_below -= len(self.stack)
+        return items
+
+    def tuple_of(self, items: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
+        """A tuple, refused when tuples nest deeper than the bound (hashing recurses)."""
+        depth = 1 + max((self.depths.get(id(v), 0) for v in items if type(v) is tuple), default=0)
+        if depth > self.limits.max_depth:
+            raise self.refuse(f"tuples nest deeper than {self.limits.max_depth}")
+        value = tuple(items)
+        if depth > 1:
+            self.depths[id(value)] = depth
+            self.keep.append(value)
+        return value
+
+    def hashable(self, value: Any) -> bool:
+        """Whether Python could hash `value` (tuples are bounded in depth, so this ends)."""
+        if isinstance(value, (list, dict, set, bytearray)):
+            return False
+        if isinstance(value, Instance):
+            return value.hashable
+        if isinstance(value, (tuple, frozenset)):
+            return all(self.hashable(v) for v in value)
+        return True
+
+    def key(self, value: Any) -> Any:
+        """`value` as a dict key or set member, refused where Python could not hash it."""
+        if not self.hashable(value):
+            raise self.refuse(f"{describe(value)} cannot be a dict key or set member")
+        return value
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> Any:
+        """Simulate to STOP; the symbolic result, or a refusal."""
+        ops = self._ops
+        policy = self.policy
+        for _ in range(self.limits.max_ops):
+            self.at = self.pos
+            code = self.read(1)[0]
+            entry = ops.get(code)
+            if entry is None:
+                raise self.refuse(f"unknown opcode 0x{code:02x}")
+            name, run = entry
+            policy.opcode(name, self.at)
+            if run():
+                return self.pop()
+        raise self.refuse(f"more than {self.limits.max_ops} operations")
+
+    # ------------------------------------------------------------------ opcodes
+    # Each returns True only for STOP.
+
+    def _op_proto(self) -> bool:
+        self.proto = self.read(1)[0]
+        if self.proto > 5:
+            raise self.refuse(f"unsupported pickle protocol {self.proto}")
+        return False
+
+    def _op_frame(self) -> bool:
+        size = self._uint(8)
+        if self.frame_end >= 0 and self.pos < self.frame_end:
+            raise self.refuse("a new frame begins before the current frame ends")
+        if self.pos + size > len(self.data):
+            raise self.refuse("the frame is longer than the pickle")
+        self.frame_end = self.pos + size if size else -1
+        return False
+
+    def _op_stop(self) -> bool:
+        return True
+
+    def _op_mark(self) -> bool:
+        if len(self.metastack) >= self.limits.max_marks:
+            raise self.refuse(f"more than {self.limits.max_marks} open marks")
+        self.metastack.append(self.stack)
+        self.depth_below += len(self.stack)
+        self.stack = []
+        return False
+
+    def _op_pop(self) -> bool:
+        if self.stack:
+            self.stack.pop()
+        else:
+            self.pop_mark()  # CPython pops a mark when the stack above it is empty
+        return False
+
+    def _op_pop_mark(self) -> bool:
+        self.pop_mark()
+        return False
+
+    def _op_dup(self) -> bool:
+        self.push(self.top())
+        return False
+
+    # numbers and strings
+
+    def _op_none(self) -> bool:
+        self.push(None)
+        return False
+
+    def _op_newtrue(self) -> bool:
+        self.push(True)
+        return False
+
+    def _op_newfalse(self) -> bool:
+        self.push(False)
+        return False
+
+    def _op_int(self) -> bool:
+        line = self.readline()
+        if line == b"00":
+            self.push(False)
+        elif line == b"01":
+            self.push(True)
+        else:
+            self.push(self._decimal(line, "INT"))
+        return False
+
+    def _op_long(self) -> bool:
+        line = self.readline()
+        self.push(self._decimal(line[:-1] if line.endswith(b"L") else line, "LONG"))
+        return False
+
+    def _decimal(self, line: bytes, what: str) -> int:
+        text = line.strip()
+        if len(text) > 4300 or not text.lstrip(b"+-").isdigit():
+            raise self.refuse(f"{what} argument is not a decimal integer")
+        return int(text)
+
+    def _op_binint(self) -> bool:
+        self.push(struct.unpack("<i", self.read(4))[0])
+        return False
+
+    def _op_binint1(self) -> bool:
+        self.push(self.read(1)[0])
+        return False
+
+    def _op_binint2(self) -> bool:
+        self.push(self._uint(2))
+        return False
+
+    def _op_long1(self) -> bool:
+        self.push(int.from_bytes(self.read(self.read(1)[0]), "little", signed=True))
+        return False
+
+    def _op_long4(self) -> bool:
+        size = struct.unpack("<i", self.read(4))[0]
+        if size < 0:
+            raise self.refuse("LONG4 byte count is negative")
+        if size > 1024:
+            raise self.refuse("LONG4 integer is longer than 1024 bytes")
+        self.push(int.from_bytes(self.read(size), "little", signed=True))
+        return False
+
+    def _op_float(self) -> bool:
+        line = self.readline()
+        try:
+            self.push(float(line.decode("ascii")))
+        except (UnicodeDecodeError, ValueError):
+            raise self.refuse("FLOAT argument is not a number") from None
+        return False
+
+    def _op_binfloat(self) -> bool:
+        self.push(struct.unpack(">d", self.read(8))[0])
+        return False
+
+    def _op_string(self) -> bool:
+        line = self.readline()
+        if len(line) < 2 or line[0] != line[-1] or line[:1] not in (b"'", b'"'):
+            raise self.refuse("STRING argument is not quoted")
+        try:
+            raw = line[1:-1].decode("ascii").encode("latin-1").decode("unicode_escape")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            raise self.refuse("STRING argument is not an escaped string") from None
+        self.push(self.policy.decode_short_binstring(raw.encode("latin-1")))
+        return False
+
+    def _op_binstring(self) -> bool:
+        size = struct.unpack("<i", self.read(4))[0]
+        if size < 0:
+            raise self.refuse("BINSTRING byte count is negative")
+        self.push(self.policy.decode_short_binstring(self.read(size)))
+        return False
+
+    def _op_short_binstring(self) -> bool:
+        self.push(self.policy.decode_short_binstring(self.read(self.read(1)[0])))
+        return False
+
+    def _op_unicode(self) -> bool:
+        line = self.readline()
+        try:
+            self.push(line.decode("raw-unicode-escape"))
+        except UnicodeDecodeError:
+            raise self.refuse("UNICODE argument is not raw-unicode-escape") from None
+        return False
+
+    def _op_short_binunicode(self) -> bool:
+        self.push(self._text(self.read(self.read(1)[0]), "the string"))
+        return False
+
+    def _op_binunicode(self) -> bool:
+        self.push(self._text(self.read(self._uint(4)), "the string"))
+        return False
+
+    def _op_binunicode8(self) -> bool:
+        self.push(self._text(self.read(self._uint(8)), "the string"))
+        return False
+
+    def _op_short_binbytes(self) -> bool:
+        self.push(self.read(self.read(1)[0]))
+        return False
+
+    def _op_binbytes(self) -> bool:
+        self.push(self.read(self._uint(4)))
+        return False
+
+    def _op_binbytes8(self) -> bool:
+        self.push(self.read(self._uint(8)))
+        return False
+
+    def _op_bytearray8(self) -> bool:
+        self.read(self._uint(8))
+        self.push(Instance("builtins.bytearray", hashable=False))
+        return False
+
+    def _op_next_buffer(self) -> bool:
+        self.push(self.policy.buffer())
+        return False
+
+    def _op_readonly_buffer(self) -> bool:
+        self.top()
+        return False
+
+    # containers
+
+    def _op_empty_tuple(self) -> bool:
+        self.push(())
+        return False
+
+    def _op_tuple(self) -> bool:
+        self.push(self.tuple_of(self.pop_mark()))
+        return False
+
+    def _op_tuple1(self) -> bool:
+        self.push(self.tuple_of([self.pop()]))
+        return False
+
+    def _op_tuple2(self) -> bool:
+        second = self.pop()
+        self.push(self.tuple_of([self.pop(), second]))
+        return False
+
+    def _op_tuple3(self) -> bool:
+        third, second = self.pop(), self.pop()
+        self.push(self.tuple_of([self.pop(), second, third]))
+        return False
+
+    def _op_empty_list(self) -> bool:
+        self.push([])
+        return False
+
+    def _op_list(self) -> bool:
+        self.push(self.pop_mark())
+        return False
+
+    def _op_empty_dict(self) -> bool:
+        self.push({})
+        return False
+
+    def _op_dict(self) -> bool:
+        items = self.pop_mark()
+        if len(items) % 2:
+            raise self.refuse("DICT needs key-value pairs")
+        self.push({self.key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
+        return False
+
+    def _op_empty_set(self) -> bool:
+        self.push(set())
+        return False
+
+    def _op_frozenset(self) -> bool:
+        self.push(frozenset(self.key(v) for v in self.pop_mark()))
+        return False
+
+    def _op_append(self) -> bool:
+        item = self.pop()
+        target = self.top()
+        self.policy.append_target(target, "APPEND")
+        if type(target) is list:
+            target.append(item)
+        return False
+
+    def _op_appends(self) -> bool:
+        items = self.pop_mark()
+        target = self.top()
+        self.policy.append_target(target, "APPENDS")
+        if type(target) is list:
+            target.extend(items)
+        return False
+
+    def _op_setitem(self) -> bool:
+        value, key = self.pop(), self.pop()
+        target = self.top()
+        self.policy.setitem_target(target, "SETITEM")
+        self.policy.setitem(target, self.key(key), value)
+        return False
+
+    def _op_setitems(self) -> bool:
+        items = self.pop_mark()
+        target = self.top()
+        self.policy.setitem_target(target, "SETITEMS")
+        if len(items) % 2:
+            raise self.refuse("SETITEMS needs key-value pairs")
+        for i in range(0, len(items), 2):
+            self.policy.setitem(target, self.key(items[i]), items[i + 1])
+        return False
+
+    def _op_additems(self) -> bool:
+        items = self.pop_mark()
+        target = self.top()
+        self.policy.additems_target(target)
+        keys = [self.key(v) for v in items]
+        if isinstance(target, set):
+            target.update(keys)
+        return False
+
+    # memo
+
+    def _memo_put(self, index: int) -> None:
+        if index < 0:
+            raise self.refuse("negative memo index")
+        if index not in self.memo and len(self.memo) >= self.limits.max_memo:
+            raise self.refuse(f"more than {self.limits.max_memo} memo entries")
+        self.memo[index] = self.top()
+
+    def _memo_get(self, index: int) -> None:
+        if index not in self.memo:
+            raise self.refuse(f"memo entry {index} was never stored")
+        self.push(self.memo[index])
+
+    def _op_put(self) -> bool:
+        self._memo_put(self._decimal(self.readline(), "PUT"))
+        return False
+
+    def _op_binput(self) -> bool:
+        self._memo_put(self.read(1)[0])
+        return False
+
+    def _op_long_binput(self) -> bool:
+        self._memo_put(self._uint(4))
+        return False
+
+    def _op_memoize(self) -> bool:
+        self._memo_put(len(self.memo))
+        return False
+
+    def _op_get(self) -> bool:
+        self._memo_get(self._decimal(self.readline(), "GET"))
+        return False
+
+    def _op_binget(self) -> bool:
+        self._memo_get(self.read(1)[0])
+        return False
+
+    def _op_long_binget(self) -> bool:
+        self._memo_get(self._uint(4))
+        return False
+
+    # globals, calls and objects
+
+    def _global_line(self) -> tuple[str, str]:
+        module = self._text(self.readline(), "the module name")
+        name = self._text(self.readline(), "the global name")
+        return module, name
+
+    def _op_global(self) -> bool:
+        module, name = self._global_line()
+        self.push(self.policy.global_(module, name, self.proto))
+        return False
+
+    def _op_stack_global(self) -> bool:
+        name, module = self.pop(), self.pop()
+        if type(module) is not str or type(name) is not str:
+            raise self.refuse("STACK_GLOBAL needs two strings")
+        self.push(self.policy.global_(module, name, self.proto))
+        return False
+
+    def _op_inst(self) -> bool:
+        module, name = self._global_line()
+        args = self.tuple_of(self.pop_mark())
+        cls = self.policy.global_(module, name, self.proto)
+        self.push(self.policy.new(cls, args, None))
+        return False
+
+    def _op_obj(self) -> bool:
+        items = self.pop_mark()
+        if not items:
+            raise self.refuse("OBJ needs a class")
+        self.push(self.policy.new(items[0], self.tuple_of(items[1:]), None))
+        return False
+
+    def _op_newobj(self) -> bool:
+        args = self.pop()
+        cls = self.pop()
+        self.push(self.policy.new(cls, args, None))
+        return False
+
+    def _op_newobj_ex(self) -> bool:
+        kwargs, args = self.pop(), self.pop()
+        cls = self.pop()
+        self.push(self.policy.new(cls, args, kwargs))
+        return False
+
+    def _op_reduce(self) -> bool:
+        args = self.pop()
+        func = self.top()
+        self.stack[-1] = self.policy.call(func, args)
+        return False
+
+    def _op_build(self) -> bool:
+        state = self.pop()
+        self.policy.build(self.top(), state)
+        return False
+
+    def _op_persid(self) -> bool:
+        pid = self.readline()
+        try:
+            text = pid.decode("ascii")
+        except UnicodeDecodeError:
+            raise self.refuse("PERSID argument is not ASCII") from None
+        self.push(self.policy.persistent(text))
+        return False
+
+    def _op_binpersid(self) -> bool:
+        self.push(self.policy.persistent(self.pop()))
+        return False
+
+    def _op_ext1(self) -> bool:
+        return self._extension(self.read(1)[0])
+
+    def _op_ext2(self) -> bool:
+        return self._extension(self._uint(2))
+
+    def _op_ext4(self) -> bool:
+        return self._extension(struct.unpack("<i", self.read(4))[0])
+
+    def _extension(self, code: int) -> bool:
+        if code <= 0:
+            raise self.refuse("extension code is not positive")
+        self.push(self.policy.extension(code))
+        return False
+
+
+#: every opcode of protocols 0-5, by byte
+_OPCODES: dict[int, str] = {
+    ord(code): name
+    for code, name in [
+        ("(", "MARK"),
+        (".", "STOP"),
+        ("0", "POP"),
+        ("1", "POP_MARK"),
+        ("2", "DUP"),
+        ("F", "FLOAT"),
+        ("I", "INT"),
+        ("J", "BININT"),
+        ("K", "BININT1"),
+        ("L", "LONG"),
+        ("M", "BININT2"),
+        ("N", "NONE"),
+        ("P", "PERSID"),
+        ("Q", "BINPERSID"),
+        ("R", "REDUCE"),
+        ("S", "STRING"),
+        ("T", "BINSTRING"),
+        ("U", "SHORT_BINSTRING"),
+        ("V", "UNICODE"),
+        ("X", "BINUNICODE"),
+        ("a", "APPEND"),
+        ("b", "BUILD"),
+        ("c", "GLOBAL"),
+        ("d", "DICT"),
+        ("}", "EMPTY_DICT"),
+        ("e", "APPENDS"),
+        ("g", "GET"),
+        ("h", "BINGET"),
+        ("i", "INST"),
+        ("j", "LONG_BINGET"),
+        ("l", "LIST"),
+        ("]", "EMPTY_LIST"),
+        ("o", "OBJ"),
+        ("p", "PUT"),
+        ("q", "BINPUT"),
+        ("r", "LONG_BINPUT"),
+        ("s", "SETITEM"),
+        ("t", "TUPLE"),
+        (")", "EMPTY_TUPLE"),
+        ("u", "SETITEMS"),
+        ("G", "BINFLOAT"),
+        ("\x80", "PROTO"),
+        ("\x81", "NEWOBJ"),
+        ("\x82", "EXT1"),
+        ("\x83", "EXT2"),
+        ("\x84", "EXT4"),
+        ("\x85", "TUPLE1"),
+        ("\x86", "TUPLE2"),
+        ("\x87", "TUPLE3"),
+        ("\x88", "NEWTRUE"),
+        ("\x89", "NEWFALSE"),
+        ("\x8a", "LONG1"),
+        ("\x8b", "LONG4"),
+        ("B", "BINBYTES"),
+        ("C", "SHORT_BINBYTES"),
+        ("\x8c", "SHORT_BINUNICODE"),
+        ("\x8d", "BINUNICODE8"),
+        ("\x8e", "BINBYTES8"),
+        ("\x8f", "EMPTY_SET"),
+        ("\x90", "ADDITEMS"),
+        ("\x91", "FROZENSET"),
+        ("\x92", "NEWOBJ_EX"),
+        ("\x93", "STACK_GLOBAL"),
+        ("\x94", "MEMOIZE"),
+        ("\x95", "FRAME"),
+        ("\x96", "BYTEARRAY8"),
+        ("\x97", "NEXT_BUFFER"),
+        ("\x98", "READONLY_BUFFER"),
+    ]
+}
+
+OPCODE_NAMES: frozenset[str] = frozenset(_OPCODES.values())
