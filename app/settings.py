@@ -26,6 +26,9 @@ class Settings:
     worker_memory_mb: int = 4096
     #: a worker is replaced after this many jobs.
     worker_max_jobs: int = 50
+    #: a worker that ran a job and then sat idle this many seconds exits, giving back what the
+    #: job made it hold (about 1 GB after a large program); the next job starts one (0: never).
+    worker_idle_s: float = 300.0
     max_upload_bytes: int = 512 * MiB
     max_members: int = 10_000
     max_total_uncompressed: int = 2048 * MiB

@@ -3,7 +3,8 @@
 torch's export load and save are not thread-safe, and a hostile document can crash, hang or
 bloat the process that deserializes it; so the service runs them here. Workers are forked from
 a forkserver that preloads torch (not from the threaded server), hold an address-space limit,
-are killed and replaced on timeout or death, and are recycled after a number of jobs.
+are killed and replaced on timeout or death, are recycled after a number of jobs, and exit once
+they have sat idle after a job for `worker_idle_s` (their slot is refilled when a job needs it).
 Only our own values cross the process boundary (multiprocessing pickles them); uploads reach a
 worker as the paths of their files, which it reads itself (and results it writes to a path it is
 given), so the service process never holds a program's tensors.
@@ -21,6 +22,7 @@ import queue
 import resource
 import signal
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -56,6 +58,8 @@ class _Worker:
         self.conn = conn
         self.jobs = 0
         self.ready = False
+        #: When the worker last went back to the idle queue (time.monotonic()).
+        self.idle_since = time.monotonic()
 
     @property
     def pid(self) -> int:
@@ -89,8 +93,13 @@ class WorkerPool:
         self._workers: set[_Worker] = set()
         self._busy: set[_Worker] = set()
         self._closed = False
+        self._stopping = threading.Event()
         for _ in range(settings.workers):
             self._idle.put(self._start())
+        if settings.worker_idle_s > 0:
+            threading.Thread(
+                target=self._retire_idle, name="pt2serde-worker-retirer", daemon=True
+            ).start()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -136,6 +145,7 @@ class WorkerPool:
             self._closed = True
             workers = list(self._workers)
             busy = set(self._busy)
+        self._stopping.set()
         self._idle.put(_Slot.CLOSED)
         for worker in workers:
             if worker in busy:
@@ -251,6 +261,7 @@ class WorkerPool:
 
     def _give_back(self, worker: _Worker, healthy: bool) -> None:
         if healthy and not self._closed:
+            worker.idle_since = time.monotonic()
             self._idle.put(worker)
             return
         self._stop(worker, graceful=True)
@@ -261,6 +272,29 @@ class WorkerPool:
             self._idle.put(self._start())
         except BridgeFailure:
             self._idle.put(_Slot.VACANT)
+
+    def _retire_idle(self) -> None:
+        """Stop workers idle past worker_idle_s since their last job; their slots start vacant."""
+        idle_s = self._settings.worker_idle_s
+        while not self._stopping.wait(min(idle_s / 2, 30.0)):
+            for worker in self._take_stale(time.monotonic() - idle_s):
+                self._stop(worker, graceful=True)
+
+    def _take_stale(self, cutoff: float) -> list[_Worker]:
+        """Swap the idle workers that ran a job and went idle before `cutoff` for vacant slots."""
+        items: list[_Worker | _Slot] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                items.append(self._idle.get_nowait())
+        stale = [
+            item
+            for item in items
+            if isinstance(item, _Worker) and item.jobs > 0 and item.idle_since <= cutoff
+        ]
+        # A submitter waiting meanwhile takes the first item put back.
+        for item in items:
+            self._idle.put(_Slot.VACANT if item in stale else item)
+        return stale
 
     def _stop(self, worker: _Worker, *, graceful: bool) -> None:
         process = worker.process

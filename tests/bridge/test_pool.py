@@ -321,3 +321,24 @@ def test_close_stops_workers_and_refuses_jobs() -> None:
 def test_a_pool_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="at least one worker"):
         WorkerPool(Settings(workers=0))
+
+
+def test_idle_workers_exit_and_the_next_job_starts_one() -> None:
+    settings = Settings(workers=1, job_timeout_s=60, worker_memory_mb=0, worker_idle_s=0.5)
+    assert Settings.from_env({"PT2SERDE_WORKER_IDLE_S": "0.5"}).worker_idle_s == 0.5
+    with WorkerPool(settings) as idle_pool:
+        [fresh] = idle_pool.worker_pids()
+        time.sleep(1.5)
+        # A worker that never ran a job holds nothing of its own: it stays, warm.
+        assert idle_pool.worker_pids() == [fresh]
+        pid, doubled = idle_pool.submit(pool_jobs.double, 4)
+        assert (pid, doubled) == (fresh, 8)
+        deadline = time.monotonic() + 15
+        while idle_pool.worker_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert idle_pool.worker_pids() == []
+        assert not Path(f"/proc/{pid}").exists()
+        again, doubled = idle_pool.submit(pool_jobs.double, 5)
+        assert doubled == 10
+        assert again != pid
+        assert idle_pool.worker_pids() == [again]
