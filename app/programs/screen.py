@@ -16,6 +16,7 @@ import orjson
 
 import schema
 from app.failure import Failure
+from app.programs import opset
 from app.programs.expr import UnsafeExpression, check_expression, check_guard
 from app.programs.validation import (
     Finding,
@@ -27,115 +28,10 @@ from app.programs.validation import (
 from app.settings import Settings
 from schema.errors import pointer
 
-#: Python-level node targets torch writes (serialize.py `_SYM_OPS`, getitem, predispatch
-#: wrappers of vmap/jvp, grad-mode and autocast markers); all pure or process-local.
-SAFE_PYTHON_TARGETS = frozenset(
-    {
-        *(
-            f"_operator.{name}"
-            for name in (
-                "add",
-                "sub",
-                "mul",
-                "truediv",
-                "floordiv",
-                "mod",
-                "pow",
-                "neg",
-                "pos",
-                "abs",
-                "invert",
-                "not_",
-                "eq",
-                "ne",
-                "lt",
-                "le",
-                "gt",
-                "ge",
-                "and_",
-                "or_",
-                "xor",
-                "lshift",
-                "rshift",
-                "getitem",
-            )
-        ),
-        "math.trunc",
-        "math.floor",
-        "math.ceil",
-        "math.sqrt",
-        *(
-            f"torch.{name}"
-            for name in (
-                "sym_not",
-                "sym_int",
-                "sym_float",
-                "sym_ite",
-                "sym_max",
-                "sym_min",
-                "sym_sqrt",
-                "_sym_sqrt",
-                "sym_sum",
-            )
-        ),
-        *(
-            f"torch._functorch.predispatch.{name}"
-            for name in (
-                "_add_batch_dim",
-                "_remove_batch_dim",
-                "_vmap_increment_nesting",
-                "_vmap_decrement_nesting",
-                "_jvp_increment_nesting",
-                "_jvp_decrement_nesting",
-                "_enter_dual_level",
-                "_exit_dual_level",
-                "_make_dual",
-                "_unpack_dual",
-                "_unwrap_for_grad",
-                "lazy_load_decompositions",
-            )
-        ),
-        "torch._C._set_grad_enabled",
-        "torch.amp.autocast_mode._enter_autocast",
-        "torch.amp.autocast_mode._exit_autocast",
-    }
-)
-#: Operators that read or write files (found by the `str filename` arguments of torch's schemas).
+#: Operators that read or write files: those with a `str filename` argument in torch's schemas,
+#: and debugprims' loader of tensors from its debug directory (a test holds this to the registry).
 UNSAFE_OPERATORS = frozenset(
     {("aten", "from_file"), ("aten", "save"), ("debugprims", "load_tensor")}
-)
-#: Operator namespaces torch registers by itself; any other needs an import to be registered.
-BUILTIN_NAMESPACES = frozenset(
-    {
-        "aten",
-        "prims",
-        "prim",
-        "higher_order",
-        "quantized",
-        "_quantized",
-        "quantization",
-        "rngprims",
-        "inductor",
-        "inductor_prims",
-        "mkldnn",
-        "mkldnn_prepacked",
-        "onednn",
-        "mkl",
-        "sparse",
-        "profiler",
-        "c10d",
-        "_c10d_functional",
-        "_c10d_functional_autograd",
-        "symm_mem",
-        "_dtensor",
-        "debugprims",
-        "debug_mode_ops",
-        "export",
-        "onnx",
-        "static_runtime",
-        "_native",
-        "_test",
-    }
 )
 #: Container types torch registers for pytrees; any other type must be registered by the loader.
 BUILTIN_CONTAINERS = frozenset(
@@ -155,9 +51,7 @@ BUILTIN_CONTAINERS = frozenset(
 #: defaultdict factories that resolve inside builtins (torch imports the named module).
 SAFE_DEFAULT_FACTORIES = frozenset({"list", "dict", "set", "tuple", "int", "float", "str", "bool"})
 
-#: attributes of `torch.ops` itself, which a namespace segment would reach instead of a namespace
-_OPS_ATTRIBUTES = frozenset({"load_library", "import_module", "loaded_libraries"})
-_IDENTIFIER = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*(?:\.(?!__)[A-Za-z_][A-Za-z0-9_]*)*")
 _EXTENSION = re.compile(r"#(?!__)[A-Za-z_][A-Za-z0-9_]*:[A-Za-z0-9_.]+")
 _SAMPLE_INPUTS = re.compile(
@@ -181,14 +75,15 @@ def screen(
     `graphs` is `list(walk_graphs(doc))` when the caller already has it.
     """
     found = FindingList()
+    custom: set[str] = set()
     for graph, path in walk_graphs(doc) if graphs is None else graphs:
         for text, at in sym_exprs(graph, path):
             _expression(text, at, found)
         for i, node in enumerate(graph.nodes):
-            _target(node.target, f"{path}/nodes/{i}/target", found)
+            _target(node.target, f"{path}/nodes/{i}/target", found, custom)
             for j, named in enumerate(node.inputs):
                 for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
-                    _target(op, at, found)
+                    _target(op, at, found, custom)
     for key in doc.range_constraints:
         _expression(key, pointer(["range_constraints", key]), found)
     for i, line in enumerate(doc.guards_code):
@@ -230,10 +125,9 @@ def custom_namespaces(
             for named in node.inputs:
                 targets.extend(op for op, _ in _operators(named.arg, path))
             for target in targets:
-                parts = target.split(".")
-                if len(parts) == 5 and parts[:2] == ["torch", "ops"]:
-                    if parts[2] not in BUILTIN_NAMESPACES and _IDENTIFIER.fullmatch(parts[2]):
-                        found.add(parts[2])
+                namespace = _custom_namespace(target)
+                if namespace is not None:
+                    found.add(namespace)
     return sorted(found)
 
 
@@ -256,29 +150,74 @@ def _operators(arg: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _operators(sub, path + pointer(["as_string_to_argument", key]))
 
 
-def _target(target: str, at: str, found: FindingList) -> None:
-    if target in SAFE_PYTHON_TARGETS or _EXTENSION.fullmatch(target):
+def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
+    problem = target_problem(target)
+    if problem is not None:
+        found.add("unsafe-target", "error", at, problem)
         return
     parts = target.split(".")
-    if parts[:2] == ["torch", "ops"] and all(_IDENTIFIER.fullmatch(p) for p in parts[2:]):
-        if len(parts) == 4 and parts[2] == "higher_order":
-            return
-        if len(parts) == 5 and parts[2] not in _OPS_ATTRIBUTES | {"higher_order"}:
-            if (parts[2], parts[3]) in UNSAFE_OPERATORS:
-                found.add(
-                    "unsafe-operator",
-                    "error",
-                    at,
-                    f"{target} reads or writes files outside the program",
-                )
-            return
-    found.add(
-        "unsafe-target",
-        "error",
-        at,
-        f"{target!r} is neither an operator overload, a higher-order operator, "
-        "nor a Python function torch writes",
-    )
+    if len(parts) == 5 and (parts[2], parts[3]) in UNSAFE_OPERATORS:
+        found.add("unsafe-operator", "error", at, f"{target} reads or writes files")
+        return
+    namespace = _custom_namespace(target)
+    if namespace is not None and namespace not in custom:
+        custom.add(namespace)
+        found.add(
+            "operator-namespace-to-register",
+            "info",
+            at,
+            f"register first: torch does not register the operator namespace {namespace!r} by "
+            "itself; PT2SERDE_WORKER_IMPORTS must name the module that registers it before "
+            "torch can load this program",
+        )
+
+
+def target_problem(target: str) -> str | None:
+    """Why torch resolving `target` could reach something other than an operator or a Python
+    function it writes itself, or None.
+
+    An unknown operator of a namespace torch registers is not a safety problem (torch's lookup
+    fails); semantic validation reports it.
+    """
+    if target in opset.python_targets() or _EXTENSION.fullmatch(target):
+        return None
+    parts = target.split(".")
+    if parts[:2] != ["torch", "ops"] or not all(_IDENTIFIER.fullmatch(p) for p in parts[2:]):
+        return (
+            f"{target!r} is neither an operator overload, a higher-order operator, "
+            "nor a Python function torch writes"
+        )
+    if len(parts) == 4 and parts[2] == "higher_order":
+        if opset.is_higher_order(parts[3]):
+            return None
+        return f"{target!r} is not a higher-order operator torch registers"
+    if len(parts) != 5:
+        return f"{target!r} is not torch.ops.<namespace>.<operator>.<overload>"
+    namespace, name, overload = parts[2:]
+    schema = opset.lookup(namespace, name, overload)
+    if schema is not None and not schema.unreachable:
+        return None
+    if (
+        namespace in opset.attribute_names("ops")
+        or name in opset.attribute_names("namespace")
+        or overload in opset.attribute_names("packet")
+    ):
+        return f"{target!r} names an attribute of torch's operator objects, not an operator"
+    if not opset.is_builtin_namespace(namespace) and any(_dunder(p) for p in parts[2:]):
+        return f"{target!r}: a custom operator name cannot be a special (dunder) name"
+    return None
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def _custom_namespace(target: str) -> str | None:
+    """The namespace of an operator overload target outside torch's own, if it is a safe one."""
+    parts = target.split(".")
+    if len(parts) != 5 or parts[:2] != ["torch", "ops"] or opset.is_builtin_namespace(parts[2]):
+        return None
+    return parts[2] if target_problem(target) is None else None
 
 
 # ---------------------------------------------------------------- treespecs

@@ -25,6 +25,7 @@ from pydantic_core import PydanticUndefined
 
 import schema
 from app.programs.expr import UnsafeExpression, check_expression
+from app.programs.opcheck import check_operators
 from app.settings import Settings
 from schema.description import field_annotation, field_wire
 from schema.errors import pointer
@@ -422,13 +423,36 @@ class _Semantics:
             self.weights(self.tensors)
         self.ranges(symbols)
         self.call_graph(top)
+        check_operators(self.graphs, self.found)
+        self.version()
         if "aten" not in self.doc.opset_version:
             self.error("opset-missing", "/opset_version", "opset_version has no 'aten' entry")
+
+    def version(self) -> None:
+        # torch refuses any other major, except 0.0 (written before versions were)
+        declared = self.doc.schema_version
+        if declared.major != schema.CURRENT[0] and (declared.major, declared.minor) != (0, 0):
+            self.error(
+                "schema-version-unsupported",
+                "/schema_version/major",
+                f"schema major {declared.major}: torch reads {schema.CURRENT[0]}.x documents only",
+            )
 
     # ------------------------------------------------------------ names
 
     def graph(self, graph: schema.Graph, path: str) -> set[str]:
         """Names defined exactly once and before use; metadata for every definition."""
+        nodes: set[str] = set()
+        for i, node in enumerate(graph.nodes):
+            # torch names the node it builds after `name` (unset or "" in older documents)
+            if node.name:
+                if node.name in nodes:
+                    self.error(
+                        "node-name-redefined",
+                        f"{path}/nodes/{i}/name",
+                        f"another node of this graph is already named {node.name!r}",
+                    )
+                nodes.add(node.name)
         first: dict[str, int] = {}
         for arg in graph.inputs:
             for name, _, _ in references(arg, ""):

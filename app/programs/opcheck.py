@@ -1,0 +1,153 @@
+"""Operator calls checked against torch's schemas, without torch (`app.programs.opset`).
+
+For every node whose target is an overload of a namespace torch registers by itself: the
+overload exists, every argument the node names is one the schema has (once), every argument
+without a default is given, and each argument's wire arm fits the declared type. Custom
+namespaces, higher-order operators and Python targets have no schema here and are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import schema
+from app.programs import opset
+
+if TYPE_CHECKING:
+    from app.programs.validation import FindingList
+
+_NUMBERS = frozenset(
+    {"as_int", "as_float", "as_bool", "as_sym_int", "as_sym_float", "as_sym_bool", "as_complex"}
+)
+#: The wire arms an argument of each schema type may be written as (keys: torch's type names as
+#: schemas print them). Shared with the torch-level check in `app.bridge.checks`.
+SCALAR_ARMS: dict[str, frozenset[str]] = {
+    # FX graphs pass Python numbers for Tensor arguments (wrapped numbers: add.Tensor(x, 1)).
+    "Tensor": frozenset({"as_tensor"}) | _NUMBERS,
+    "int": frozenset({"as_int", "as_sym_int"}),
+    "SymInt": frozenset({"as_int", "as_sym_int"}),
+    "float": frozenset({"as_float", "as_sym_float", "as_int", "as_sym_int"}),
+    "SymFloat": frozenset({"as_float", "as_sym_float", "as_int", "as_sym_int"}),
+    "bool": frozenset({"as_bool", "as_sym_bool"}),
+    "SymBool": frozenset({"as_bool", "as_sym_bool"}),
+    "str": frozenset({"as_string"}),
+    "complex": frozenset({"as_complex"}),
+    "Scalar": _NUMBERS,
+    "Device": frozenset({"as_device", "as_string"}),
+    "ScalarType": frozenset({"as_scalar_type"}),
+    "Layout": frozenset({"as_layout"}),
+    "MemoryFormat": frozenset({"as_memory_format"}),
+}
+#: The wire arms of a list of each element type.
+LIST_ARMS: dict[str, frozenset[str]] = {
+    "Tensor": frozenset({"as_tensors"}),
+    "int": frozenset({"as_ints", "as_sym_ints"}),
+    "SymInt": frozenset({"as_ints", "as_sym_ints"}),
+    "float": frozenset({"as_floats", "as_sym_floats"}),
+    "SymFloat": frozenset({"as_floats", "as_sym_floats"}),
+    "bool": frozenset({"as_bools", "as_sym_bools"}),
+    "SymBool": frozenset({"as_bools", "as_sym_bools"}),
+    "str": frozenset({"as_strings"}),
+}
+OPTIONAL_TENSOR_LIST_ARMS = frozenset({"as_optional_tensors", "as_tensors"})
+NESTED_LIST_ARMS = frozenset({"as_int_lists", "as_float_lists", "as_nested_tensors"})
+
+
+def optional_arms(inner: frozenset[str]) -> frozenset[str]:
+    """The arms of `T?` given those of `T`."""
+    extra = {"as_none", "as_optional_tensor"} if "as_tensor" in inner else {"as_none"}
+    return inner | extra
+
+
+def accepted_arms(kind: str) -> frozenset[str] | None:
+    """The wire arms that fit a schema type (`Tensor?`, `SymInt[2]`), or None when unchecked."""
+    if kind.endswith("?"):
+        inner = accepted_arms(kind[:-1])
+        return None if inner is None else optional_arms(inner)
+    if not kind.endswith("]"):
+        return SCALAR_ARMS.get(kind)
+    open_at = kind.rindex("[")
+    element, size = kind[:open_at], kind[open_at + 1 : -1]
+    if element == "Tensor?":
+        return OPTIONAL_TENSOR_LIST_ARMS
+    if element.endswith("]"):
+        return NESTED_LIST_ARMS
+    accepted = LIST_ARMS.get(element)
+    if accepted is not None and size:
+        # `int[2] stride` also takes a single int, which the operator broadcasts
+        accepted = accepted | SCALAR_ARMS.get(element, frozenset())
+    return accepted
+
+
+def check_operators(graphs: Sequence[tuple[schema.Graph, str]], found: FindingList) -> None:
+    """Check every call of a builtin-namespace overload in `graphs` against its schema."""
+    for graph, path in graphs:
+        for i, node in enumerate(graph.nodes):
+            parts = node.target.split(".")
+            if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
+                continue
+            namespace, name, overload = parts[2:]
+            if opset.is_builtin_namespace(namespace):
+                _call(node, namespace, name, overload, f"{path}/nodes/{i}", found)
+
+
+def _call(
+    node: schema.Node, namespace: str, name: str, overload: str, at: str, found: FindingList
+) -> None:
+    op = opset.lookup(namespace, name, overload)
+    if op is None or op.unreachable:
+        found.add("operator-unknown", "error", f"{at}/target", _unknown(namespace, name, overload))
+        return
+    if op.vararg:
+        return
+    by_name = {a.name: a for a in op.arguments}
+    given: set[str] = set()
+    for j, named in enumerate(node.inputs):
+        where = f"{at}/inputs/{j}"
+        argument = by_name.get(named.name)
+        if argument is None:
+            found.add(
+                "argument-unknown",
+                "error",
+                f"{where}/name",
+                f"{node.target} has no argument {named.name!r} "
+                f"(it has {', '.join(by_name) or 'none'})",
+            )
+            continue
+        if named.name in given:
+            found.add("argument-repeated", "error", f"{where}/name", f"{named.name!r} given twice")
+            continue
+        given.add(named.name)
+        accepted = accepted_arms(argument.type)
+        if accepted is not None and named.arg.kind not in accepted:
+            found.add(
+                "argument-kind",
+                "error",
+                f"{where}/arg",
+                f"{named.name!r} of {node.target} is {argument.type}, given as {named.arg.kind}",
+            )
+    for argument in op.arguments:
+        if argument.default is None and argument.name not in given:
+            found.add(
+                "argument-missing",
+                "error",
+                f"{at}/inputs",
+                f"{node.target} needs argument {argument.name!r} ({argument.type})",
+            )
+
+
+def _unknown(namespace: str, name: str, overload: str) -> str:
+    target = f"torch.ops.{namespace}.{name}.{overload}"
+    known = [o for o in opset.overloads(namespace, name) if not _unreachable(namespace, name, o)]
+    if known:
+        return (
+            f"{target}: torch {opset.torch_version()} has no such overload of "
+            f"{namespace}::{name} (it has {', '.join(known)})"
+        )
+    return f"{target}: torch {opset.torch_version()} has no operator {namespace}::{name}"
+
+
+def _unreachable(namespace: str, name: str, overload: str) -> bool:
+    op = opset.lookup(namespace, name, overload)
+    return op is None or op.unreachable
