@@ -119,7 +119,7 @@ def _serialize(args: argparse.Namespace) -> int:
         _write_atomic(args.output, orjson.dumps(data))
     total = sum(w.nbytes for w in result.weights)
     lines = [
-        f"{name}: {len(doc.graph_module.graph.nodes)} nodes, schema "
+        f"{name}: {len(doc.graph_module.graph.nodes)} call nodes, schema "
         f"{doc.schema_version.major}.{doc.schema_version.minor}, torch {doc.torch_version}"
         for name, doc in result.documents.items()
     ]
@@ -205,6 +205,12 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.view == "partitions" and not args.supported:
+        sys.stderr.write(
+            "pt2serde: usage error: --view partitions needs --supported TARGET_OR_NAMESPACE ... "
+            "(e.g. --supported aten.linear aten.relu, or --supported aten)\n"
+        )
+        return EXIT_USAGE
     settings = Settings.from_env()
     request = ops.InspectRequest(
         args.view,
@@ -229,8 +235,9 @@ def _render_view(view: str, data: dict[str, Any]) -> str:
     """A person's reading of an inspection view (the JSON has everything)."""
     lines: list[str] = []
     if view == "modules":
+        lines.append("module  type  calls  call nodes own/with submodules  parameters with them")
         for m in data["modules"]:
-            params = m["parameters"]
+            params = m["total_parameters"]
             lines.append(
                 f"{'  ' * m['depth']}{m['path'] or '<root>'}  {m['type'] or ''}  "
                 f"calls={m['calls']} nodes={m['nodes']}/{m['total_nodes']} "
@@ -240,6 +247,12 @@ def _render_view(view: str, data: dict[str, Any]) -> str:
         lines.append(
             f"depth {data['depth']}: {len(data['vertices'])} vertices, chain={data['is_chain']}"
         )
+        lines += [
+            f"  {v['id']}  {v['type'] or v['kind']}  nodes={v['nodes']} "
+            f"params={_mb(v['param_bytes'])}"
+            for v in data["vertices"]
+            if v["kind"] in ("module", "ops")
+        ]
         lines += [
             f"  {e['source']} -> {e['target']}  ({len(e['values'])} values)" for e in data["edges"]
         ]
@@ -256,7 +269,10 @@ def _render_view(view: str, data: dict[str, Any]) -> str:
             lines.append(f"  #{i}: {len(part['nodes'])} nodes: {', '.join(part['nodes'][:8])}")
     elif view == "operators":
         total = data["total"]
-        lines.append(f"{total['nodes']} nodes")
+        lines.append(
+            f"{total['nodes']} call nodes ({data['torch_nodes']} in torch's graph, which also "
+            "counts placeholders, subgraph get_attrs and the output)"
+        )
         ranked = sorted(total["by_target"].items(), key=lambda kv: -kv[1])
         lines += [f"  {count:6}  {target}" for target, count in ranked]
         if data["custom_namespaces"]:
@@ -266,8 +282,27 @@ def _render_view(view: str, data: dict[str, Any]) -> str:
         for label in ("by_kind", "by_dtype"):
             for key, tally in data[label].items():
                 lines.append(f"  {key:12} {tally['count']:5}  {_mb(tally['nbytes'])}")
-        lines += [f"  quantized {q}" for q in data["quantized"]]
+        lines += [_quant_line(q) for q in data["quantized"]]
     return "\n".join(lines)
+
+
+def _quant_line(q: dict[str, Any]) -> str:
+    """One quantize or dequantize node's parameters as text."""
+
+    def ref(value: dict[str, Any]) -> str:
+        return f"{value['value']} (weight {value['weight']})" if value["weight"] else value["value"]
+
+    fields = [
+        f"{key}={q[key]}"
+        for key in ("scale", "zero_point", "axis", "group_size", "block_size", "dtype", "out_dtype")
+        if q[key] is not None
+    ]
+    if q["quant_min"] is not None or q["quant_max"] is not None:
+        fields.append(f"range=[{q['quant_min']}, {q['quant_max']}]")
+    if q["symmetric"] is not None:
+        fields.append("symmetric" if q["symmetric"] else "asymmetric")
+    fields += [f"{key}={ref(value)}" for key, value in q["tensors"].items()]
+    return f"  {q['op']} {q['scheme']} {q['node']} of {ref(q['input'])}: {', '.join(fields)}"
 
 
 def _server(args: argparse.Namespace) -> str:
@@ -352,7 +387,11 @@ def _schema_versions(args: argparse.Namespace) -> int:
         {"version": v.label, "torch_releases": list(v.torch_releases), "describable": v.describable}
         for v in rows
     ]
-    lines = [f"{v.label:>6}  {', '.join(v.torch_releases)}" for v in rows]
+    lines = [
+        f"{v.label:>6}  {', '.join(v.torch_releases)}"
+        + ("" if v.describable else "  (not describable: describe and diff cover 8.x)")
+        for v in rows
+    ]
     _emit(args, data, "\n".join(lines))
     return EXIT_OK
 
@@ -416,6 +455,7 @@ def _schema_compat(args: argparse.Namespace) -> int:
         f"needs schema >= {result.min_version}",
         f"readable by torch {', '.join(result.readable_by)}",
     ]
+    lines += [f"torch {release} {why}" for release, why in result.read_ignoring]
     lines += [f"not by torch {release}: {why}" for release, why in result.not_readable_by]
     _emit(args, result.__dict__, "\n".join(lines))
     return EXIT_OK

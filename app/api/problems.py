@@ -115,6 +115,7 @@ register(
     invalid_depth="Invalid module depth",
     invalid_stage_cost="Invalid stage cost",
     invalid_stage_count="Invalid stage count",
+    supported_missing="Partitions need the supported operators named",
     module_too_deep="The module tree is deeper than the limit",
     unknown_shape="A weight has a symbolic size with no hint",
 )

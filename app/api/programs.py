@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import zipfile
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 import schema
 from app import operations as ops
-from app.api.deps import OutputDep, PoolDep, SettingsDep, UploadDep
+from app.api.deps import OutputDep, PoolDep, SettingsDep, UploadDep, settings_of
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
-from app.api.uploads import Part
+from app.api.uploads import Part, Upload, receive
 from app.archive import ManifestEntry
 from app.programs.diff import ProgramDiff, render_text
 from app.programs.validation import Level, Report
@@ -34,6 +35,13 @@ def _source_media(part: Part) -> ops.Media:
     if part.media not in ("zip", "json"):
         raise ServiceError("unsupported-media-type", "send a .pt2 archive or a JSON document")
     return "zip" if part.media == "zip" else "json"
+
+
+def _weights_part(upload: Upload) -> Part | None:
+    weights = upload.parts.get("weights")
+    if weights is not None and weights.media != "safetensors":
+        raise ServiceError("unsupported-media-type", "the weights part must be safetensors")
+    return weights
 
 
 def _archive_part(part: Part) -> Part:
@@ -90,7 +98,7 @@ def serialize(
             "content": {ZIP: {"schema": {"type": "string", "format": "binary"}}},
             "description": "A .pt2 archive that torch.export.load opens",
         },
-        **problem_responses(*READ_PROBLEMS, "weights-mismatch", *TORCH_PROBLEMS),
+        **problem_responses(*READ_PROBLEMS, "weights-mismatch", "weights-missing", *TORCH_PROBLEMS),
     },
 )
 def deserialize(
@@ -102,9 +110,7 @@ def deserialize(
 ) -> Response:
     """A document (JSON, or an archive's) and safetensors weights -> a loadable .pt2."""
     document = upload.one("document", "file")
-    weights = upload.parts.get("weights")
-    if weights is not None and weights.media != "safetensors":
-        raise ServiceError("unsupported-media-type", "the weights part must be safetensors")
+    weights = _weights_part(upload)
     with ops.open_source(document.path, _source_media(document), settings) as source:
         tensors = ops.weights_from(weights.path if weights else None, source, model)
         ops.deserialize_to(source, tensors, settings, pool, output, model)
@@ -145,7 +151,7 @@ def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = N
     "/validate",
     response_model=Report,
     # any JSON: reporting what is wrong with a document is this endpoint's job
-    openapi_extra=request_body("file", json={}),
+    openapi_extra=request_body("file", "weights", json={}),
     responses=problem_responses(*READ_PROBLEMS, *TORCH_PROBLEMS),
 )
 def validate(
@@ -155,10 +161,13 @@ def validate(
     level: Level = "torch",
     model: str | None = None,
 ) -> Report:
-    """An archive or a document -> the validation report (200 with valid false if invalid)."""
+    """An archive or a document -> the validation report (200 with valid false if invalid); at
+    level torch, the tensors of the safetensors form part `weights`, or else the archive's own."""
     part = upload.one("file", "document")
+    weights = _weights_part(upload)
     with ops.open_source(part.path, _source_media(part), settings) as source:
-        return ops.validate(source, level, settings, pool, model)
+        path = weights.path if weights is not None else None
+        return ops.validate(source, level, settings, pool, model, path)
 
 
 class Feature(BaseModel):
@@ -207,7 +216,9 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
     "/inspect",
     response_model=dict[str, Any],
     openapi_extra=request_body("file"),
-    responses=problem_responses(*READ_PROBLEMS, "invalid-depth", "invalid-stage-count"),
+    responses=problem_responses(
+        *READ_PROBLEMS, "invalid-depth", "invalid-stage-count", "supported-missing"
+    ),
 )
 def inspect(
     upload: UploadDep,
@@ -229,6 +240,19 @@ def inspect(
     return {"view": view, **result.model_dump(mode="json")}
 
 
+#: Ends the payload-too-large detail of a diff: where the same diff can be had without uploads.
+REGISTRY_DIFF = (
+    "; versions in the registry are diffed without uploading them: "
+    "GET /v1/models/{name}/versions/{ref}/diff?against={ref}"
+)
+
+
+async def _diff_upload(request: Request) -> AsyncIterator[Upload]:
+    """The two programs on disk, each held to the upload limit on its own."""
+    async with receive(request, settings_of(request), REGISTRY_DIFF) as received:
+        yield received
+
+
 @router.post(
     "/diff",
     response_model=ProgramDiff,
@@ -239,13 +263,15 @@ def inspect(
     },
 )
 def diff(
-    upload: UploadDep,
+    upload: Annotated[Upload, Depends(_diff_upload)],
     settings: SettingsDep,
     model: str | None = None,
     format: Literal["json", "text"] = "json",
 ) -> Response:
-    """What changed between two programs (archives or documents, form fields `old`, `new`):
-    interface, nodes, weights (values too when both are archives), ranges, modules."""
+    """What changed between two programs (archives or documents, form fields `old`, `new`, each
+    up to the upload limit): interface, nodes, weights (values too when both are archives),
+    ranges, modules. Versions in the registry are diffed without uploading them:
+    `GET /v1/models/{name}/versions/{ref}/diff?against={ref}`."""
     old, new = upload.need("old"), upload.need("new")
     with (
         ops.open_source(old.path, _source_media(old), settings) as was,

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Literal, Protocol
 
@@ -96,19 +97,20 @@ def content_type(request: Request) -> tuple[str, dict[bytes, bytes]]:
     return declared.decode("latin-1").lower(), options
 
 
-async def stream_body(request: Request, limit: int, write: Callable[[bytes], object]) -> int:
+async def stream_body(
+    request: Request, limit: int, write: Callable[[bytes], object], hint: str = ""
+) -> int:
     """Feed the request body to `write` as it arrives; its size, refused over `limit` or empty."""
+    too_large = f"the body is over the limit of {limit} bytes{hint}"
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
-        raise ServiceError("payload-too-large", f"the body is over the limit of {limit} bytes")
+        raise ServiceError("payload-too-large", too_large)
     size = 0
     try:
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise ServiceError(
-                    "payload-too-large", f"the body is over the limit of {limit} bytes"
-                )
+                raise ServiceError("payload-too-large", too_large)
             write(chunk)
     except ClientDisconnect:
         raise ServiceError("bad-request", "the client disconnected mid-upload") from None
@@ -231,13 +233,17 @@ class FormSplitter:
 
 
 class _PartFiles:
-    """Each form part to a file of its own in `folder`, with its media decided once written."""
+    """Each form part to a file of its own in `folder`, with its media decided once written;
+    each part is held to the upload limit on its own (a diff's two archives may each reach it)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, limit: int, hint: str) -> None:
         self.folder = folder
+        self.limit = limit
+        self.hint = hint
         self.parts: dict[str, Part] = {}
         self._file: BinaryIO | None = None
         self._path: Path | None = None
+        self._written = 0
 
     def begin_part(self, header: PartHeader) -> Callable[[bytes], object]:
         """A new file for the part (a field may come once)."""
@@ -245,7 +251,18 @@ class _PartFiles:
             raise ServiceError("bad-multipart", f"the form field {header.name!r} is repeated")
         self._path = self.folder / f"part-{len(self.parts)}"
         self._file = self._path.open("wb")
-        return self._file.write
+        self._written = 0
+        return partial(self._write, header.name, self._file)
+
+    def _write(self, name: str, file: BinaryIO, data: bytes) -> None:
+        self._written += len(data)
+        if self._written > self.limit:
+            raise ServiceError(
+                "payload-too-large",
+                f"the form part {name!r} is over the limit of {self.limit} bytes per file"
+                + self.hint,
+            )
+        file.write(data)
 
     def end_part(self, header: PartHeader, size: int) -> None:
         """Close the part's file and decide its media."""
@@ -261,9 +278,16 @@ class _PartFiles:
             self._file = None
 
 
+#: The most files a form carries (deserialize: document and weights; diff: old and new), each
+#: up to the upload limit, and what the form's own headers and boundaries may add to them.
+MAX_FORM_FILES = 2
+_FORM_OVERHEAD = 1 << 20
+
+
 @asynccontextmanager
-async def receive(request: Request, settings: Settings) -> AsyncIterator[Upload]:
-    """The request's parts on disk, removed when the context ends, whatever happens."""
+async def receive(request: Request, settings: Settings, hint: str = "") -> AsyncIterator[Upload]:
+    """The request's parts on disk, removed when the context ends, whatever happens; `hint` ends
+    a payload-too-large detail (where else to turn)."""
     media_type, options = content_type(request)
     accepted = _ZIP_TYPES | _JSON_TYPES | _OPAQUE_TYPES | {"multipart/form-data"}
     if media_type not in accepted or not media_type:
@@ -276,10 +300,11 @@ async def receive(request: Request, settings: Settings) -> AsyncIterator[Upload]
     folder = Path(tempfile.mkdtemp(prefix="pt2serde-upload-"))
     try:
         if media_type == "multipart/form-data":
-            files = _PartFiles(folder)
+            files = _PartFiles(folder, limit, hint)
             try:
                 splitter = FormSplitter(options.get(b"boundary"), files)
-                await stream_body(request, limit, splitter.feed)
+                form_limit = MAX_FORM_FILES * limit + _FORM_OVERHEAD
+                await stream_body(request, form_limit, splitter.feed, hint)
                 splitter.finish()
             finally:
                 files.close()
@@ -287,7 +312,7 @@ async def receive(request: Request, settings: Settings) -> AsyncIterator[Upload]
         else:
             raw = folder / "body"
             with raw.open("wb") as out:
-                size = await stream_body(request, limit, out.write)
+                size = await stream_body(request, limit, out.write, hint)
             yield Upload({"body": Part("body", raw, size, _media(media_type, raw))})
     finally:
         shutil.rmtree(folder, ignore_errors=True)

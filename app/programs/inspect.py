@@ -3,7 +3,8 @@
 - `module_tree`: the module hierarchy ``torch.export.unflatten`` rebuilds, with calls, node
   counts, weight sizes and preserved call signatures;
 - `module_graph` and `stages`: module calls at a depth as a dataflow graph, and a balanced split
-  of the top-level calls into contiguous pipeline stages;
+  of the module calls into contiguous pipeline stages, as deep as balance needs (`stage_graph`:
+  transformer blocks rather than the one encoder that holds them);
 - `partitions`: what torch's ``CapabilityBasedPartitioner`` proposes for a set of supported
   operators;
 - `operators`: operator histograms and the namespaces a loader must register first;
@@ -33,7 +34,16 @@ from app.programs.inspect_models import (
     WeightEntry,
     WeightStats,
 )
-from app.programs.inspect_modules import INPUT, OUTPUT, StageCost, module_graph, module_tree, stages
+from app.programs.inspect_modules import (
+    INPUT,
+    OUTPUT,
+    ROOT,
+    StageCost,
+    module_graph,
+    module_tree,
+    stage_graph,
+    stages,
+)
 from app.programs.inspect_ops import operators
 from app.programs.inspect_partition import MAX_PARTITION_NODES, partitions
 from app.programs.inspect_weights import quantization, weights
@@ -42,6 +52,7 @@ __all__ = [
     "INPUT",
     "MAX_PARTITION_NODES",
     "OUTPUT",
+    "ROOT",
     "CallSignature",
     "Edge",
     "InspectFailure",
@@ -66,6 +77,7 @@ __all__ = [
     "operators",
     "partitions",
     "quantization",
+    "stage_graph",
     "stages",
     "weights",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from app.failure import Failure
 from schema import Issue
-from schema.dtypes import ITEMSIZE
+from schema.dtypes import DTYPE_NAMES, ITEMSIZE
 from schema.models import (
     Argument,
     ArgumentAsCustomObj,
@@ -390,5 +390,5 @@ def meta_numel_bytes(meta: TensorMeta | None) -> tuple[int, int] | None:
 
 
 def dtype_name(dtype: ScalarType) -> str:
-    """The scalar type's schema name, e.g. ``FLOAT``."""
-    return dtype.name
+    """torch's name of the scalar type, as serialize and diff print it (``float32``)."""
+    return DTYPE_NAMES.get(dtype, "unknown")

@@ -115,7 +115,7 @@ class ModuleGraph(_View):
 
 
 class Stage(_View):
-    """A contiguous run of top-level vertices run as one pipeline stage."""
+    """A contiguous run of module calls (vertices of `stage_graph`) run as one pipeline stage."""
 
     index: int
     vertices: list[str]
@@ -157,6 +157,10 @@ class OperatorStats(_View):
     total: OperatorCounts
     custom_namespaces: list[str]
     providers: dict[str, str]
+    #: The main graph's nodes as torch counts them (``len(ep.graph.nodes)``): its call nodes,
+    #: which a document holds, plus a placeholder per input, a get_attr per subgraph and the
+    #: output, which it does not.
+    torch_nodes: int = 0
 
 
 # ---------------------------------------------------------------- weights

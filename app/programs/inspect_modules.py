@@ -58,6 +58,8 @@ from schema.models import (
 
 INPUT = "<input>"
 OUTPUT = "<output>"
+#: The id of the root module's vertex (its own nodes), whose path is "".
+ROOT = "<root>"
 
 StageCost = Literal["param_bytes", "nodes"]
 
@@ -292,17 +294,28 @@ def module_graph(doc: ExportedProgram, depth: int) -> ModuleGraph:
     whose own nodes are interleaved with its children's calls, one run of those nodes
     (``call#k``). Weights are not edges: a vertex's ``param_bytes`` counts the parameters,
     buffers and constants it is the first to read. Graph inputs and outputs are the vertices
-    `INPUT` and `OUTPUT`; the graph is a chain when each vertex feeds exactly the next one.
+    `INPUT` and `OUTPUT`, the root module's own nodes `ROOT` (``<root>#k`` for its k-th run of
+    several); the graph is a chain when each vertex feeds exactly the next one.
     """
     if depth < 0:
         raise InspectFailure("invalid-depth", f"depth must be 0 or more, got {depth}")
     graph = doc.graph_module.graph
     check_defined(graph, "/graph_module/graph")
     stacks = graph_stacks(graph, NODES_POINTER)
+    return _call_graph(doc, stacks, [stack[: depth + 1][-1] for stack in stacks], depth)
 
+
+def _call_graph(
+    doc: ExportedProgram,
+    stacks: list[list[StackEntry]],
+    picked: list[StackEntry],
+    depth: int,
+) -> ModuleGraph:
+    """The dataflow between runs of consecutive nodes that share the module call picked from
+    their stacks."""
+    graph = doc.graph_module.graph
     runs: list[_Run] = []
-    for i, stack in enumerate(stacks):
-        entry = stack[: depth + 1][-1]
+    for i, entry in enumerate(picked):
         call = entry.call_name
         if not runs or runs[-1].call != call:
             runs.append(_Run(call, entry))
@@ -311,10 +324,11 @@ def module_graph(doc: ExportedProgram, depth: int) -> ModuleGraph:
     seen: Counter[str] = Counter()
     ids: list[str] = []
     for run in runs:
+        name = run.call or ROOT
         if per_call[run.call] == 1:
-            ids.append(run.call)
+            ids.append(name)
         else:
-            ids.append(f"{run.call}#{seen[run.call]}")
+            ids.append(f"{name}#{seen[run.call]}")
             seen[run.call] += 1
 
     weights = {w.value: w for w in graph_weights(doc)}
@@ -393,21 +407,71 @@ def _edge_rank(edge: tuple[str, str], order: dict[str, int]) -> tuple[int, int]:
 # ---------------------------------------------------------------- stages
 
 
-def stages(doc: ExportedProgram, k: int, by: StageCost = "param_bytes") -> list[Stage]:
-    """Split the top-level vertices, in execution order, into ``k`` contiguous non-empty
-    stages whose largest cost (parameter bytes or node count) is as small as possible."""
+def stage_graph(doc: ExportedProgram, k: int, by: StageCost = "param_bytes") -> ModuleGraph:
+    """The module calls `stages` splits: the top-level calls, where each call costing more than
+    a k-th of the whole is replaced by the calls inside it (the encoder by its transformer
+    blocks), deeper until none is or no call has calls inside; and every call deeper at once
+    while there are fewer than `k`."""
     if by not in ("param_bytes", "nodes"):
         raise InspectFailure(
             "invalid-stage-cost", f"stage cost must be param_bytes or nodes: {by!r}"
         )
-    graph = module_graph(doc, 1)
+    if k < 1:
+        raise InspectFailure("invalid-stage-count", f"the stage count must be 1 or more: {k}")
+    graph = doc.graph_module.graph
+    check_defined(graph, "/graph_module/graph")
+    stacks = graph_stacks(graph, NODES_POINTER)
+    expanded: set[str] = set()
+    for _ in range(MAX_STAGE_LEVELS):
+        levels = [_level(stack, expanded) for stack in stacks]
+        picked = [stack[level] for stack, level in zip(stacks, levels, strict=True)]
+        split = _call_graph(doc, stacks, picked, max(levels, default=0))
+        units = [v for v in split.vertices if v.kind in ("module", "ops")]
+        inner = {
+            entry.call_name
+            for entry, stack, level in zip(picked, stacks, levels, strict=True)
+            if level < len(stack) - 1
+        }
+        total = sum(_cost(v, by) for v in units)
+        wide = {v.call for v in units if v.call in inner and _cost(v, by) * k > total}
+        if not wide and len(units) < k:
+            wide = {v.call for v in units if v.call in inner}
+        if not wide:
+            return split
+        expanded.update(c for c in wide if c is not None)
+    return split
+
+
+#: How many times `stage_graph` looks one module level deeper at most.
+MAX_STAGE_LEVELS = 64
+
+
+def _level(stack: list[StackEntry], expanded: set[str]) -> int:
+    """Where in a node's stack its stage unit is: the first call below the root not expanded."""
+    level = 0
+    for level in range(1, len(stack)):
+        if stack[level].call_name not in expanded:
+            break
+    return level
+
+
+def _cost(vertex: Vertex, by: StageCost) -> int:
+    return vertex.param_bytes if by == "param_bytes" else vertex.nodes
+
+
+def stages(doc: ExportedProgram, k: int, by: StageCost = "param_bytes") -> list[Stage]:
+    """Split the module calls of `stage_graph`, in execution order, into ``k`` contiguous
+    non-empty stages whose largest cost (parameter bytes or node count) is as small as
+    possible."""
+    graph = stage_graph(doc, k, by)
     units = [v for v in graph.vertices if v.kind in ("module", "ops")]
-    if not 1 <= k <= len(units):
+    if k > len(units):
         raise InspectFailure(
             "invalid-stage-count",
-            f"cannot split {len(units)} top-level vertices into {k} stages",
+            f"cannot split into {k} stages: the program has {len(units)} module calls and runs "
+            "of operators at most, at any depth",
         )
-    costs = [v.param_bytes if by == "param_bytes" else v.nodes for v in units]
+    costs = [_cost(v, by) for v in units]
     bound = _min_max_cost(costs, k)
     groups: list[list[int]] = []
     i = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from app.programs.inspect_common import target_namespace, walk_subgraphs
+from app.programs.inspect_common import subgraph_inputs, target_namespace, walk_subgraphs
 from app.programs.inspect_models import OperatorCounts, OperatorStats
 from schema.models import ExportedProgram, Node
 
@@ -75,10 +75,13 @@ def operators(doc: ExportedProgram) -> OperatorStats:
             if target.startswith("torch.ops.") and target_namespace(target) not in TORCH_NAMESPACES
         }
     )
+    placeholders = len(doc.graph_module.signature.input_specs)
+    get_attrs = sum(len(subgraph_inputs(node)) for node in graph.nodes)
     return OperatorStats(
         graph=_counts(graph.nodes),
         subgraphs=subgraphs,
         total=total,
         custom_namespaces=custom,
         providers={ns: PROVIDERS[ns] for ns in custom if ns in PROVIDERS},
+        torch_nodes=placeholders + len(graph.nodes) + get_attrs + 1,
     )

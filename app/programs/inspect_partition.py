@@ -334,6 +334,12 @@ def partitions(
     ``supported`` holds operator targets (``torch.ops.aten.linear.default``, also without the
     ``torch.ops.`` prefix or the overload) or whole namespaces (``aten``, ``_operator``).
     """
+    if not supported:
+        raise InspectFailure(
+            "supported-missing",
+            "partitions are proposed for a set of supported operators: name targets or "
+            "namespaces (--supported aten.linear aten.relu, or ?supported=aten)",
+        )
     check_defined(doc.graph_module.graph, "/graph_module/graph")
     fx = _fx_graph(doc)
     if len(fx.nodes) > max_nodes:

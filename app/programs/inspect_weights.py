@@ -91,7 +91,7 @@ def weights(doc: ExportedProgram, manifest: Sequence[WeightInfo] | None = None) 
         one = _tally(entry)
         total = total.add(one)
         by_kind[entry.kind] = by_kind.get(entry.kind, Tally()).add(one)
-        key = entry.dtype or "UNKNOWN"
+        key = entry.dtype or "unknown"
         by_dtype[key] = by_dtype.get(key, Tally()).add(one)
 
     return WeightStats(
