@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -176,3 +177,14 @@ def attribute_names(level: str) -> frozenset[str]:
     """Names that reach an attribute, not an operator, on `torch.ops` ("ops"), a namespace
     ("namespace"), an operator packet ("packet") or `torch.ops.higher_order`."""
     return _registry().attributes[level]
+
+
+def schemas() -> Iterator[OpSchema]:
+    """Every overload of the registry, by namespace, operator and overload name."""
+    registry = _registry()
+    for namespace in sorted(registry.operators):
+        for name in sorted(registry.operators[namespace]):
+            for overload in sorted(registry.operators[namespace][name]):
+                op = lookup(namespace, name, overload)
+                if op is not None:
+                    yield op
