@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any, Literal
@@ -165,25 +164,11 @@ class Compat:
     min_version: str
     #: Every feature used (``Type.field``, ``Union.arm``, ``Enum.VALUE``) with its first version.
     features: list[tuple[str, str]]
+    #: The releases that read every feature the document uses.
     readable_by: list[str]
     not_readable_by: list[tuple[str, str]]
-
-
-def iter_models(doc: BaseModel) -> Iterator[BaseModel]:
-    """Every model in a document (structs and union arms), in document order."""
-    stack: list[Any] = [doc]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, BaseModel):
-            yield value
-            children = [getattr(value, name) for name in type(value).model_fields]
-        elif isinstance(value, list):
-            children = value
-        elif isinstance(value, dict):
-            children = list(value.values())
-        else:
-            continue
-        stack.extend(reversed([c for c in children if isinstance(c, BaseModel | list | dict)]))
+    #: The releases that read the document but ignore fields they do not know, with those fields.
+    read_ignoring: list[tuple[str, str]]
 
 
 @functools.cache
@@ -216,34 +201,58 @@ def _enum_since(member: IntEnum) -> Version:
     return values.get(member, since)
 
 
-def used_features(doc: BaseModel) -> dict[str, tuple[Version, FeatureKind]]:
+#: What the walk of a document descends into or notes; scalars are neither.
+_WALKED = (BaseModel, list, dict, IntEnum)
+
+
+@dataclass(frozen=True)
+class Use:
+    """A feature a document uses: its first version, its kind, and its most visible occurrence.
+
+    `seen_from` is the newest first version among the fields enclosing that occurrence: a
+    reader older than it skips an enclosing field it does not know, so never meets the feature.
+    """
+
+    since: Version
+    kind: FeatureKind
+    seen_from: Version
+
+
+def used_features(doc: BaseModel) -> dict[str, Use]:
     """The features a document uses: fields present and not at their default, arms, enum values."""
-    found: dict[str, tuple[Version, FeatureKind]] = {}
+    found: dict[str, Use] = {}
+
+    def note(path: str, since: Version, kind: FeatureKind, seen_from: Version) -> None:
+        old = found.get(path)
+        if old is None or seen_from < old.seen_from:
+            found[path] = Use(since, kind, seen_from)
+
     arms = _arms()
-    for model in iter_models(doc):
-        if isinstance(model, Arm):
-            path, since = arms[type(model)]
-            found.setdefault(path, (since, "arm"))
-            values = [model.value]
-        elif isinstance(model, Struct):
-            cls = type(model)
+    stack: list[tuple[Any, Version]] = [(doc, FIRST_KNOWN)]
+    while stack:
+        value, seen_from = stack.pop()
+        if isinstance(value, Arm):
+            path, since = arms[type(value)]
+            note(path, since, "arm", seen_from)
+            stack.append((value.value, max(seen_from, since)))
+        elif isinstance(value, Struct):
+            cls = type(value)
             defaults = struct_defaults(cls)
             sinces = _field_since(cls)
-            values = []
             for name in cls.model_fields:
-                value = getattr(model, name)
-                values.append(value)
-                if name not in model.model_fields_set:
+                field_value = getattr(value, name)
+                if isinstance(field_value, _WALKED):
+                    stack.append((field_value, max(seen_from, sinces[name])))
+                if name not in value.model_fields_set:
                     continue
-                if name in defaults and value == defaults[name]:
+                if name in defaults and field_value == defaults[name]:
                     continue
-                found.setdefault(f"{cls.__name__}.{name}", (sinces[name], "field"))
-        else:
-            continue
-        for value in values:
-            if isinstance(value, IntEnum) and type(value) in ENUMS:
-                path = f"{type(value).__name__}.{value.name}"
-                found.setdefault(path, (_enum_since(value), "enum"))
+                note(f"{cls.__name__}.{name}", sinces[name], "field", seen_from)
+        elif isinstance(value, list | dict):
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, seen_from) for item in items if isinstance(item, _WALKED))
+        elif isinstance(value, IntEnum) and type(value) in ENUMS:
+            note(f"{type(value).__name__}.{value.name}", _enum_since(value), "enum", seen_from)
     return found
 
 
@@ -254,37 +263,58 @@ def compat(doc: BaseModel | bytes | str) -> Compat:
     declared = getattr(model, "schema_version", None)
     major = declared.major if isinstance(declared, SchemaVersion) else None
     floor = sorted(v for v in RELEASES if v[0] == major)[:1]
-    need = max([s for s, _ in used.values()] + floor, default=FIRST_KNOWN)
+    need = max([u.since for u in used.values()] + floor, default=FIRST_KNOWN)
     readable: list[str] = []
     not_readable: list[tuple[str, str]] = []
+    ignoring: list[tuple[str, str]] = []
     for v, releases in sorted(RELEASES.items()):
         reason = _unreadable(v, major, used)
+        ignored = _ignored(v, used) if reason is None else None
         for release in releases:
-            if reason is None:
-                readable.append(release)
-            else:
+            if reason is not None:
                 not_readable.append((release, reason))
-    features = sorted(used.items(), key=lambda item: (item[1][0], item[0]))
+            elif ignored is not None:
+                ignoring.append((release, ignored))
+            else:
+                readable.append(release)
+    features = sorted(used.items(), key=lambda item: (item[1].since, item[0]))
     return Compat(
         min_version=format_version(need),
-        features=[(path, format_version(since)) for path, (since, _) in features],
+        features=[(path, format_version(use.since)) for path, use in features],
         readable_by=readable,
         not_readable_by=not_readable,
+        read_ignoring=ignoring,
     )
 
 
-def _unreadable(
-    v: Version, major: int | None, used: dict[str, tuple[Version, FeatureKind]]
-) -> str | None:
+def _unknown(v: Version, used: dict[str, Use]) -> list[tuple[Version, str, FeatureKind]]:
+    """The features newer than `v` that a reader of `v` meets, oldest first."""
+    return sorted(
+        (u.since, path, u.kind) for path, u in used.items() if u.since > v and u.seen_from <= v
+    )
+
+
+def _unreadable(v: Version, major: int | None, used: dict[str, Use]) -> str | None:
     if major is not None and v[0] != major:
         return (
             f"it writes schema {format_version(v)} and refuses documents of another major "
             f"(this one is {major}.x)"
         )
-    missing = sorted((since, path, kind) for path, (since, kind) in used.items() if since > v)
-    if not missing:
+    missing = _unknown(v, used)
+    if all(kind == "field" for _, _, kind in missing):
+        # torch's reader skips keys its dataclasses do not declare: the rest reads fine.
         return None
     lacks = "; ".join(
         f"{path} (since {format_version(since)}; {_EFFECT[kind]})" for since, path, kind in missing
     )
     return f"schema {format_version(v)} lacks {lacks}"
+
+
+def _ignored(v: Version, used: dict[str, Use]) -> str | None:
+    """The fields newer than `v` a document uses, which a reader of `v` skips, losing them."""
+    newer = _unknown(v, used)
+    if not newer:
+        return None
+    fields = ", ".join(f"{path} (since {format_version(since)})" for since, path, _ in newer)
+    lost = "its value is" if len(newer) == 1 else "their values are"
+    return f"reads it, ignoring {fields}, which schema {format_version(v)} lacks: {lost} lost"

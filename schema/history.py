@@ -67,7 +67,13 @@ def describable(version: str | Version) -> Version:
     parsed = parse_version(version)
     if parsed not in RELEASES or parsed[0] != FIRST_8X[0]:
         known = ", ".join(format_version(v) for v in RELEASES if v[0] == FIRST_8X[0])
-        raise UnknownVersion(
-            f"schema version {format_version(parsed)} is not described; known 8.x: {known}"
-        )
+        label = format_version(parsed)
+        if parsed in RELEASES:
+            # Listed (compatibility answers name its releases), but our models hold the 8.x
+            # history only: older majors changed field types, which they do not record.
+            raise UnknownVersion(
+                f"schema version {label} (torch {', '.join(RELEASES[parsed])}) is known but not "
+                f"describable: descriptions exist for the 8.x versions only ({known})"
+            )
+        raise UnknownVersion(f"schema version {label} is not known; describable: {known}")
     return parsed

@@ -184,13 +184,23 @@ class Unreadable(BaseModel):
     reason: str
 
 
+class ReadIgnoring(BaseModel):
+    """A torch release that reads the document but skips fields it does not know, and which."""
+
+    release: str
+    note: str
+
+
 class CompatOut(BaseModel):
     """Which schema versions and torch releases can read a document, from what it uses."""
 
     min_version: str
     features: list[Feature]
+    #: the releases that read everything the document uses
     readable_by: list[str]
     not_readable_by: list[Unreadable]
+    #: the releases that read it but lose the fields newer than their schema
+    read_ignoring: list[ReadIgnoring]
 
 
 @router.post(
@@ -209,6 +219,7 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
         features=[Feature(feature=f, since=v) for f, v in result.features],
         readable_by=result.readable_by,
         not_readable_by=[Unreadable(release=r, reason=w) for r, w in result.not_readable_by],
+        read_ignoring=[ReadIgnoring(release=r, note=n) for r, n in result.read_ignoring],
     )
 
 
