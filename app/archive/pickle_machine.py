@@ -60,18 +60,22 @@ class Instance:
 class Limits:
     """Bounds that keep any pickle's simulation small."""
 
-    max_ops: int = 1_000_000
-    max_stack: int = 1_000_000
-    max_marks: int = 10_000
-    max_memo: int = 1_000_000
+    max_ops: int = 100_000
+    max_stack: int = 50_000
+    max_marks: int = 1_000
+    max_memo: int = 50_000
     max_depth: int = 100
 
 
 class Policy:
     """What a pickle may do; each hook refuses with `PickleRefused` or returns the result."""
 
-    def opcode(self, name: str, at: int) -> None:
-        """Called before each opcode runs."""
+    #: the opcodes this policy runs (None: every opcode)
+    opcodes: frozenset[str] | None = None
+
+    def refused_opcode(self, name: str) -> str:
+        """Why an opcode outside `opcodes` is refused."""
+        return f"{name} is not allowed"
 
     def global_(self, module: str, name: str, proto: int) -> Any:
         """The value GLOBAL, STACK_GLOBAL or INST pushes for `module.name`."""
@@ -166,7 +170,9 @@ class Machine:
         self.limits = limits or Limits()
         self.pos = 0
         self.at = 0
-        self.frame_end = -1
+        #: where reading must stop: the end of the current frame, else of the pickle
+        self.limit = len(data)
+        self.framed = False
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.depth_below = 0  # items held in enclosing marks
@@ -188,24 +194,28 @@ class Machine:
 
     def read(self, n: int) -> bytes:
         """`n` bytes, or a refusal where the pickle (or its frame) ends first."""
-        end = self.pos + n
-        if self.frame_end >= 0:
-            if self.pos == self.frame_end:
-                self.frame_end = -1
-            elif end > self.frame_end:
-                raise self.refuse("reads past the end of its frame")
-        if end > len(self.data):
-            raise self.refuse("the pickle is truncated")
-        chunk = self.data[self.pos : end]
+        pos = self.pos
+        end = pos + n
+        if end > self.limit:
+            self._past_limit(end)
         self.pos = end
-        return chunk
+        return self.data[pos:end]
+
+    def _past_limit(self, end: int) -> None:
+        # a read may leave a frame only where the frame ends exactly
+        if self.framed and self.pos == self.limit:
+            self.framed, self.limit = False, len(self.data)
+            if end <= self.limit:
+                return
+        elif self.framed:
+            raise self.refuse("reads past the end of its frame")
+        raise self.refuse("the pickle is truncated")
 
     def readline(self) -> bytes:
         """One line without its newline (a line needs its newline: EOF is a truncation)."""
-        limit = len(self.data) if self.frame_end < 0 else self.frame_end
-        if self.frame_end >= 0 and self.pos == self.frame_end:
-            self.frame_end, limit = -1, len(self.data)
-        end = self.data.find(b"\n", self.pos, limit)
+        if self.framed and self.pos == self.limit:
+            self.framed, self.limit = False, len(self.data)
+        end = self.data.find(b"\n", self.pos, self.limit)
         if end < 0:
             raise self.refuse("the pickle is truncated inside a line")
         line = self.data[self.pos : end]
@@ -252,7 +262,7 @@ class Machine:
 
     def tuple_of(self, items: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
         """A tuple, refused when tuples nest deeper than the bound (hashing recurses)."""
-        depth = 1 + max((self.depths.get(id(v), 0) for v in items if type(v) is tuple), default=0)
+        depth = 1 + max((self.depths.get(id(v), 1) for v in items if type(v) is tuple), default=0)
         if depth > self.limits.max_depth:
             raise self.refuse(f"tuples nest deeper than {self.limits.max_depth}")
         value = tuple(items)
@@ -281,16 +291,24 @@ class Machine:
 
     def run(self) -> Any:
         """Simulate to STOP; the symbolic result, or a refusal."""
-        ops = self._ops
-        policy = self.policy
+        allowed = self.policy.opcodes
+        ops = {
+            code: run
+            for code, (name, run) in self._ops.items()
+            if allowed is None or name in allowed
+        }
+        data = self.data
         for _ in range(self.limits.max_ops):
-            self.at = self.pos
-            code = self.read(1)[0]
-            entry = ops.get(code)
-            if entry is None:
-                raise self.refuse(f"unknown opcode 0x{code:02x}")
-            name, run = entry
-            policy.opcode(name, self.at)
+            self.at = pos = self.pos
+            if pos >= self.limit:
+                self._past_limit(pos + 1)
+            run = ops.get(data[pos])
+            if run is None:
+                name = _OPCODES.get(data[pos])
+                if name is None:
+                    raise self.refuse(f"unknown opcode 0x{data[pos]:02x}")
+                raise self.refuse(self.policy.refused_opcode(name))
+            self.pos = pos + 1
             if run():
                 return self.pop()
         raise self.refuse(f"more than {self.limits.max_ops} operations")
@@ -306,11 +324,11 @@ class Machine:
 
     def _op_frame(self) -> bool:
         size = self._uint(8)
-        if self.frame_end >= 0 and self.pos < self.frame_end:
+        if self.framed and self.pos < self.limit:
             raise self.refuse("a new frame begins before the current frame ends")
         if self.pos + size > len(self.data):
             raise self.refuse("the frame is longer than the pickle")
-        self.frame_end = self.pos + size if size else -1
+        self.framed, self.limit = True, self.pos + size
         return False
 
     def _op_stop(self) -> bool:
@@ -574,11 +592,12 @@ class Machine:
     # memo
 
     def _memo_put(self, index: int) -> None:
-        if index < 0:
-            raise self.refuse("negative memo index")
-        if index not in self.memo and len(self.memo) >= self.limits.max_memo:
+        memo = self.memo
+        if len(memo) >= self.limits.max_memo and index not in memo:
             raise self.refuse(f"more than {self.limits.max_memo} memo entries")
-        self.memo[index] = self.top()
+        if not self.stack:
+            raise self.refuse("needs an object on an empty stack")
+        memo[index] = self.stack[-1]
 
     def _memo_get(self, index: int) -> None:
         if index not in self.memo:
@@ -586,7 +605,10 @@ class Machine:
         self.push(self.memo[index])
 
     def _op_put(self) -> bool:
-        self._memo_put(self._decimal(self.readline(), "PUT"))
+        index = self._decimal(self.readline(), "PUT")
+        if index < 0:
+            raise self.refuse("negative memo index")
+        self._memo_put(index)
         return False
 
     def _op_binput(self) -> bool:
