@@ -70,6 +70,9 @@ def test_compat(client: httpx.Client, zoo: dict[str, ZooProgram]) -> None:
     expected = schema.compat(raw)
     assert answer.json()["readable_by"] == expected.readable_by
     assert "2.10.0" not in answer.json()["readable_by"]  # Node.name appeared in 8.17 (torch 2.11)
+    ignoring = [{"release": r, "note": n} for r, n in expected.read_ignoring]
+    assert answer.json()["read_ignoring"] == ignoring
+    assert "2.10.0" in [r["release"] for r in ignoring]  # it reads conv, skipping Node.name
 
 
 def test_cli_verdict_exit_codes(tmp_path: Path, history_dir: Path) -> None:
