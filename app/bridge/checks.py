@@ -5,26 +5,25 @@ Imports torch at module level: `app.bridge` reaches this module only on first us
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch._export.serde import serialize as torch_serde
+from torch.export import ExportedProgram
 
 import schema
 from app.archive.raw import RawTensor
-from app.bridge.errors import BridgeFailure
 from app.bridge.exported import deserialize
 from app.bridge.report import TorchCheck
-from app.programs.screen import UnsafeProgram
+from app.failure import Failure
 from schema import ArgumentAsGraph, ArgumentKind, Graph, Issue, Node
 from schema.errors import pointer
-
-#: Failures of our own pre-checks that are findings about the document and its tensors.
-_INPUT_FAILURES = frozenset({"weights-mismatch", "tensor-data-invalid"})
 
 _NUMBERS = frozenset(
     {"as_int", "as_float", "as_bool", "as_sym_int", "as_sym_float", "as_sym_bool", "as_complex"}
@@ -60,6 +59,17 @@ _LIST_ARMS: dict[str, frozenset[str]] = {
 _MODULES: dict[str, Any] = {"_operator": operator, "math": math, "torch": torch}
 
 
+#: Operator namespaces torch defines in Python modules that `import torch` leaves unloaded
+#: (pt2e quantization's quantize/dequantize ops, among others): a worker imports the module,
+#: which is part of torch and named here, never by a document, when a program uses one.
+TORCH_NAMESPACE_MODULES: dict[str, str] = {
+    "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
+    "ao": "torch._functorch._activation_offloading.offload_ops",
+}
+#: The innermost frame of a node's stack_trace, as torch writes it.
+_FRAME = re.compile(r'File "([^"]*)", line (\d+), in (\S+)')
+
+
 @dataclass(frozen=True)
 class _Resolved:
     op: Any = None
@@ -67,65 +77,110 @@ class _Resolved:
     namespace: str | None = None
 
 
+@dataclass(frozen=True)
+class Built:
+    """What the installed torch says of a document, and the program it built when it could."""
+
+    check: TorchCheck
+    #: the program torch built; None exactly when `check` has issues.
+    program: ExportedProgram | None = None
+    #: the failure that stopped the build, for a caller that reports it as it was raised.
+    failure: Failure | None = None
+
+
 def torch_check(
     doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor] | Iterable[RawTensor]
 ) -> TorchCheck:
-    """Check every node's target and arguments against the installed torch, then build the program.
+    """Check every node's target and arguments against the installed torch, then build it."""
+    return check_and_build(doc, tensors).check
 
-    A target in a namespace this process has not registered is not an error: the namespace goes
-    to `namespaces_to_register` and the checks that needed it are listed in `unchecked`.
+
+def check_and_build(
+    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor] | Iterable[RawTensor]
+) -> Built:
+    """`torch_check`, keeping the program torch built: the one torch path of validation and
+    deserialization, so that a program one accepts the other rebuilds.
+
+    A namespace this process has not registered is an issue (torch cannot build the program),
+    naming what PT2SERDE_WORKER_IMPORTS needs; torch's own namespaces are loaded on demand.
     """
     issues: list[Issue] = []
-    unchecked: list[Issue] = []
-    missing: dict[str, None] = {}
-    known = _known_namespaces()
-    for path, node in _nodes(doc.graph_module.graph, ["graph_module", "graph"]):
+    missing: dict[str, tuple[str, Node]] = {}
+    nodes = list(_nodes(doc.graph_module.graph, ["graph_module", "graph"]))
+    known = _load_torch_namespaces(nodes)
+    for path, node in nodes:
         resolved = _resolve(node.target, known)
         if resolved.namespace is not None:
-            missing[resolved.namespace] = None
-            reason = f"namespace {resolved.namespace!r} is not registered in this process"
-            unchecked.append(Issue("op-unresolved", path, reason))
-            unchecked.append(Issue("op-bad-arguments", path, reason))
+            missing.setdefault(resolved.namespace, (path, node))
         elif resolved.problem is not None:
             issues.append(Issue("op-unresolved", path, resolved.problem))
         elif isinstance(resolved.op, torch._ops.OpOverload):
             issues.extend(_argument_issues(node, resolved.op, path))
-    if missing:
-        unchecked.append(
-            Issue(
-                "torch-verifier-failed",
-                "",
-                f"not built: namespace(s) {', '.join(missing)} are not registered",
-            )
+    issues.extend(
+        Issue("op-namespace-unregistered", path, _unregistered(namespace, node))
+        for namespace, (path, node) in missing.items()
+    )
+    if any(i.code != "op-bad-arguments" for i in issues):
+        reason = (
+            f"not built: namespace(s) {', '.join(missing)} are not registered"
+            if missing
+            else "not built: some operators do not resolve"
         )
-    elif any(i.code == "op-unresolved" for i in issues):
-        unchecked.append(
-            Issue("torch-verifier-failed", "", "not built: some operators do not resolve")
-        )
-    else:
-        _build(doc, tensors, issues, unchecked)
-    return TorchCheck(issues, list(missing), unchecked)
+        unchecked = [Issue("torch-verifier-failed", "", reason)]
+        return Built(TorchCheck(issues, list(missing), unchecked))
+    built = _build(doc, tensors)
+    if not issues:
+        return built
+    # torch's verdict on top of ours; the program is not handed out (our checks refused it).
+    check = built.check
+    return Built(TorchCheck([*issues, *check.issues], [], check.unchecked), failure=built.failure)
 
 
 def _build(
-    doc: schema.ExportedProgram,
-    tensors: Mapping[str, RawTensor] | Iterable[RawTensor],
-    issues: list[Issue],
-    unchecked: list[Issue],
-) -> None:
+    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor] | Iterable[RawTensor]
+) -> Built:
     # ExportedProgram's constructor runs validate() (every verifier) as its last step.
     try:
-        deserialize(doc, tensors)
-    except UnsafeProgram as refused:
-        issues.extend(refused.issues)
-        unchecked.append(Issue("torch-verifier-failed", "", f"not built: {refused}"))
-    except BridgeFailure as failure:
+        program = deserialize(doc, tensors)
+    except Failure as failure:
         if failure.code == "torch-deserialize-failed":
-            issues.append(Issue("torch-verifier-failed", "", failure.message))
-            return
-        if failure.code in _INPUT_FAILURES:
-            issues.extend(failure.issues)
-        unchecked.append(Issue("torch-verifier-failed", "", f"not built: {failure}"))
+            issue = Issue("torch-verifier-failed", "", failure.message)
+            return Built(TorchCheck([issue]), failure=failure)
+        issues = failure.issues or [Issue(failure.code, "", failure.message)]
+        unchecked = [Issue("torch-verifier-failed", "", f"not built: {failure}")]
+        return Built(TorchCheck(list(issues), [], unchecked), failure=failure)
+    return Built(TorchCheck(), program)
+
+
+def _load_torch_namespaces(nodes: list[tuple[str, Node]]) -> set[str]:
+    """The namespaces this process knows, after importing torch's own modules for any the
+    program uses that `import torch` left out."""
+    known = _known_namespaces()
+    wanted = {
+        parts[2]
+        for _, node in nodes
+        if (parts := node.target.split("."))[:2] == ["torch", "ops"] and len(parts) > 2
+    }
+    modules = {TORCH_NAMESPACE_MODULES[n] for n in wanted - known if n in TORCH_NAMESPACE_MODULES}
+    for module in sorted(modules):
+        importlib.import_module(module)
+    return _known_namespaces() if modules else known
+
+
+def _unregistered(namespace: str, node: Node) -> str:
+    """Why torch cannot build a program using `namespace`, and what the service needs."""
+    op = node.target.removeprefix("torch.ops.").removeprefix("#").rsplit(".", 1)[0]
+    called = ""
+    frames = _FRAME.findall(node.metadata.get("stack_trace", ""))
+    if frames:
+        file, line, function = frames[-1]
+        called = f"; the program calls it from {file}, line {line}, in {function}"
+    return (
+        f"operator namespace {namespace!r} is not registered in the torch worker, so torch "
+        f"cannot build the program: set PT2SERDE_WORKER_IMPORTS to the Python module whose "
+        f"import registers it (the module the exporting code imported to make {op} exist; "
+        f"the document does not name it){called}"
+    )
 
 
 def _known_namespaces() -> set[str]:

@@ -24,7 +24,8 @@ from torch.export import ExportedProgram
 import schema
 from app.archive.raw import RawTensor, TensorKind
 from app.archive.writer import write_archive
-from app.bridge.errors import BridgeFailure, is_allocation_failure, one_line
+from app.bridge.errors import BridgeFailure, is_allocation_failure, torch_message
+from app.bridge.standins import stand_ins
 from app.bridge.tensors import View, by_name, checked_views, shape_of
 from app.bridge.torch_schema import to_torch
 from app.programs.screen import refuse_if_unsafe, screen
@@ -128,9 +129,12 @@ def deserialize(
             if route == "fast"
             else torch_serde._bytes_to_dataclass(torch_schema.ExportedProgram, schema.dump(doc))
         )
-        program: ExportedProgram = torch_serde.ExportedProgramDeserializer().deserialize(
-            serialized, state_dict, constants, None
-        )
+        # The user's pytree types get stand-ins while torch builds (their modules are never
+        # imported); the program keeps them, and what is written back names the real types.
+        with stand_ins(doc):
+            program: ExportedProgram = torch_serde.ExportedProgramDeserializer().deserialize(
+                serialized, state_dict, constants, None
+            )
     except MemoryError:
         raise
     except Exception as exc:
@@ -153,8 +157,15 @@ def write_pt2(
     """
     named = by_name(tensors)
     program = deserialize(doc, named)
-    write_archive(target, {"model": saved_document(doc)}, _saved_tensors(doc, named))
+    write_built(doc, named, target)
     return program
+
+
+def write_built(
+    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor], target: Path | IO[bytes]
+) -> None:
+    """Write the .pt2 of a program torch has built from `doc` and `tensors` (see `write_pt2`)."""
+    write_archive(target, {"model": saved_document(doc)}, _saved_tensors(doc, tensors))
 
 
 def saved_document(doc: schema.ExportedProgram) -> bytes:
@@ -464,5 +475,5 @@ def _describe(meta: TensorMeta) -> str:
 
 def _torch_failure(code: str, exc: BaseException) -> BaseException:
     if is_allocation_failure(exc):
-        return MemoryError(one_line(exc))
-    return BridgeFailure(code, one_line(exc))
+        return MemoryError(torch_message(exc))
+    return BridgeFailure(code, torch_message(exc))

@@ -2,6 +2,8 @@
 
 Importable without torch (the server names these functions); torch is imported in the worker.
 Tensors are named by a `TensorSource` and read here, in the worker, never in the service.
+Validation at level torch and deserialization are one job (`_torch_job`): the same checks and
+the same build by torch's deserializer, so a program one accepts the other rebuilds.
 """
 
 from __future__ import annotations
@@ -21,17 +23,39 @@ def job_ping() -> int:
 
 
 def job_deserialize_to_pt2(doc_json: bytes, tensors: TensorSource, target: Path) -> None:
-    """Write to `target` the .pt2 of the program torch builds from a document and its tensors."""
-    from app.bridge.exported import write_pt2
-
-    write_pt2(_document(doc_json), tensors.read(), target)
+    """Write to `target` the .pt2 of the program torch builds from a document and its tensors;
+    fails with what `job_torch_check` reports when torch cannot build it."""
+    _torch_job(doc_json, tensors, target)
 
 
 def job_torch_check(doc_json: bytes, tensors: TensorSource) -> dict[str, Any]:
     """`torch_check` of a document and its tensors, as `TorchCheck.to_dict()` data."""
-    from app.bridge.checks import torch_check
+    return _torch_job(doc_json, tensors, None)
 
-    return torch_check(_document(doc_json), tensors.read()).to_dict()
+
+def _torch_job(doc_json: bytes, tensors: TensorSource, target: Path | None) -> dict[str, Any]:
+    from app.bridge.checks import check_and_build
+    from app.bridge.exported import write_built
+
+    doc = _document(doc_json)
+    named = tensors.read()
+    built = check_and_build(doc, named)
+    if target is None:
+        return built.check.to_dict()
+    if built.program is None:
+        failure = built.failure
+        if failure is not None and failure.code != "torch-deserialize-failed":
+            raise failure  # our own refusal of the input (weights, screen), with its code
+        raise _refusal(built.check.issues)
+    write_built(doc, named, target)
+    return built.check.to_dict()
+
+
+def _refusal(issues: list[schema.Issue]) -> BridgeFailure:
+    """Why torch cannot build the program: every issue, the first one's message in the lead."""
+    first = issues[0]
+    more = f" (and {len(issues) - 1} more issue(s))" if len(issues) > 1 else ""
+    return BridgeFailure("torch-deserialize-failed", f"{first.message}{more}", issues)
 
 
 def _document(doc_json: bytes) -> schema.ExportedProgram:

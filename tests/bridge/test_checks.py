@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import schema
 from app.bridge.checks import TorchCheck, torch_check
 from app.bridge.exported import SerializedProgram, deserialize
 from app.programs.screen import UnsafeProgram
 from schema import Issue
+from tests import programs as zoo_source
 from tests.programs import PROGRAM_NAMES, register_custom_ops
 
 Edit = Callable[[dict[str, Any]], None]
@@ -95,7 +98,9 @@ def test_keyword_only_argument_passed_by_position(serialized: dict[str, Serializ
     ]
 
 
-def test_unregistered_namespace_is_not_an_error(serialized: dict[str, SerializedProgram]) -> None:
+def test_unregistered_namespace_is_an_issue_naming_what_to_set(
+    serialized: dict[str, SerializedProgram],
+) -> None:
     program = serialized["custom_op"]
     node = next(
         i for i, n in enumerate(_nodes(program.doc.model_dump())) if "pt2zoo" in n["target"]
@@ -105,19 +110,50 @@ def test_unregistered_namespace_is_not_an_error(serialized: dict[str, Serialized
         _nodes(data)[node]["target"] = "torch.ops.elsewhere.fused_gelu.default"
 
     result = torch_check(_edited(program, edit), program.tensors)
-    reason = "namespace 'elsewhere' is not registered in this process"
     path = f"/graph_module/graph/nodes/{node}"
+    programs = Path(zoo_source.__file__)
+    lines = programs.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "pt2zoo.fused_gelu(" in text)
     assert result == TorchCheck(
-        issues=[],
+        issues=[
+            Issue(
+                "op-namespace-unregistered",
+                path,
+                "operator namespace 'elsewhere' is not registered in the torch worker, so torch "
+                "cannot build the program: set PT2SERDE_WORKER_IMPORTS to the Python module "
+                "whose import registers it (the module the exporting code imported to make "
+                "elsewhere.fused_gelu exist; the document does not name it); the program calls "
+                f"it from {programs}, line {line}, in forward",
+            )
+        ],
         namespaces_to_register=["elsewhere"],
         unchecked=[
-            Issue("op-unresolved", path, reason),
-            Issue("op-bad-arguments", path, reason),
             Issue(
                 "torch-verifier-failed", "", "not built: namespace(s) elsewhere are not registered"
             ),
         ],
     )
+
+
+def test_torch_namespaces_are_loaded_on_demand(serialized: dict[str, SerializedProgram]) -> None:
+    """A namespace of torch's own that `import torch` leaves out is imported from torch, not
+    reported; nothing named by the document is imported."""
+    program = serialized["custom_op"]
+
+    def edit(data: dict[str, Any]) -> None:
+        for n in _nodes(data):
+            if "pt2zoo" in n["target"]:
+                n["target"] = "torch.ops.quantized_decomposed.nonexistent.default"
+
+    result = torch_check(_edited(program, edit), program.tensors)
+    assert [(i.code, i.message) for i in result.issues] == [
+        (
+            "op-unresolved",
+            "'torch.ops.quantized_decomposed.nonexistent.default' does not exist in torch "
+            f"{torch.__version__}",
+        )
+    ]
+    assert result.namespaces_to_register == []
 
 
 def test_verifier_failure_is_one_line(serialized: dict[str, SerializedProgram]) -> None:

@@ -43,10 +43,10 @@ def test_torch_attributes_are_lazy_but_real() -> None:
         app.bridge.nothing  # noqa: B018
 
 
-def test_messages_are_one_bounded_line() -> None:
+def test_messages_are_one_whole_line() -> None:
     assert one_line(ValueError("a\n  b\tc")) == "a b c"
     assert one_line(KeyError()) == "KeyError"
-    assert len(one_line(RuntimeError("x" * 5000))) == 500
+    assert one_line(RuntimeError("x" * 5000)) == "x" * 5000
 
 
 def test_allocation_failures_are_recognised() -> None:

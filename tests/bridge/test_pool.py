@@ -197,13 +197,16 @@ def test_torch_check_job_where_the_namespace_never_was(
     assert bare_pool.submit(pool_jobs.registered, "pt2zoo") is False
     args = _job_args(serialized["custom_op"], archives["custom_op"], tmp_path)
     result = TorchCheck.from_dict(bare_pool.submit("job_torch_check", *args))
-    assert result.issues == []
+    assert [i.code for i in result.issues] == ["op-namespace-unregistered"]
+    assert "PT2SERDE_WORKER_IMPORTS" in result.issues[0].message
     assert result.namespaces_to_register == ["pt2zoo"]
-    assert [i.code for i in result.unchecked] == [
-        "op-unresolved",
-        "op-bad-arguments",
-        "torch-verifier-failed",
-    ]
+    assert [i.code for i in result.unchecked] == ["torch-verifier-failed"]
+    # deserialize runs the same job: it fails with the same words, and writes nothing.
+    target = tmp_path / "never.pt2"
+    failure = _failure(bare_pool, "job_deserialize_to_pt2", *args, target)
+    assert (failure.code, failure.message) == ("torch-deserialize-failed", result.issues[0].message)
+    assert failure.issues == result.issues
+    assert not target.exists()
 
 
 def test_torch_check_job_reads_corrupt_tensors_as_a_failure(
