@@ -11,6 +11,8 @@ tuple nesting keep a hostile pickle from costing more than a fraction of a secon
 
 from __future__ import annotations
 
+import codecs
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,7 +144,7 @@ class Survey(Policy):
         return Global("?extension", str(code))
 
 
-_MARK = object()
+_DECIMAL = re.compile(rb"[+-]?[0-9]+")
 
 
 def describe(value: Any) -> str:
@@ -261,15 +263,21 @@ class Machine:
         return items
 
     def tuple_of(self, items: list[Any] | tuple[Any, ...]) -> tuple[Any, ...]:
-        """A tuple, refused when tuples nest deeper than the bound (hashing recurses)."""
-        depth = 1 + max((self.depths.get(id(v), 1) for v in items if type(v) is tuple), default=0)
-        if depth > self.limits.max_depth:
-            raise self.refuse(f"tuples nest deeper than {self.limits.max_depth}")
+        """A tuple, refused when it nests deeper than the bound."""
         value = tuple(items)
+        self._nest(value)
+        return value
+
+    def _nest(self, value: tuple[Any, ...] | frozenset[Any]) -> None:
+        # hashing and comparing tuples and frozensets recurse: their depth is bounded
+        depth = 1 + max(
+            (self.depths.get(id(v), 1) for v in value if type(v) in (tuple, frozenset)), default=0
+        )
+        if depth > self.limits.max_depth:
+            raise self.refuse(f"tuples or frozensets nest deeper than {self.limits.max_depth}")
         if depth > 1:
             self.depths[id(value)] = depth
             self.keep.append(value)
-        return value
 
     def hashable(self, value: Any) -> bool:
         """Whether Python could hash `value` (tuples are bounded in depth, so this ends)."""
@@ -297,6 +305,13 @@ class Machine:
             for code, (name, run) in self._ops.items()
             if allowed is None or name in allowed
         }
+        try:
+            return self._run(ops)
+        except RecursionError:
+            # a shape we did not bound: refusing is the safe answer
+            raise self.refuse("the pickle nests too deeply") from None
+
+    def _run(self, ops: dict[int, Callable[[], bool]]) -> Any:
         data = self.data
         for _ in range(self.limits.max_ops):
             self.at = pos = self.pos
@@ -388,7 +403,7 @@ class Machine:
 
     def _decimal(self, line: bytes, what: str) -> int:
         text = line.strip()
-        if len(text) > 4300 or not text.lstrip(b"+-").isdigit():
+        if len(text) > 4300 or not _DECIMAL.fullmatch(text):
             raise self.refuse(f"{what} argument is not a decimal integer")
         return int(text)
 
@@ -434,10 +449,10 @@ class Machine:
         if len(line) < 2 or line[0] != line[-1] or line[:1] not in (b"'", b'"'):
             raise self.refuse("STRING argument is not quoted")
         try:
-            raw = line[1:-1].decode("ascii").encode("latin-1").decode("unicode_escape")
-        except (UnicodeDecodeError, UnicodeEncodeError):
+            raw = codecs.escape_decode(line[1:-1])[0]
+        except ValueError:
             raise self.refuse("STRING argument is not an escaped string") from None
-        self.push(self.policy.decode_short_binstring(raw.encode("latin-1")))
+        self.push(self.policy.decode_short_binstring(raw))
         return False
 
     def _op_binstring(self) -> bool:
@@ -544,7 +559,9 @@ class Machine:
         return False
 
     def _op_frozenset(self) -> bool:
-        self.push(frozenset(self.key(v) for v in self.pop_mark()))
+        value = frozenset(self.key(v) for v in self.pop_mark())
+        self._nest(value)
+        self.push(value)
         return False
 
     def _op_append(self) -> bool:

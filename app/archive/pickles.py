@@ -131,10 +131,11 @@ class WeightsOnly(Policy):
         assert self.machine is not None
         return self.machine.refuse(message)
 
-    def opcode(self, name: str, at: int) -> None:
+    opcodes: frozenset[str] | None = TORCH_OPCODES
+
+    def refused_opcode(self, name: str) -> str:
         """Only the opcodes torch's loader implements."""
-        if name not in TORCH_OPCODES:
-            raise self.refuse(f"torch's weights_only loader does not run {name}")
+        return f"torch's weights_only loader does not run {name}"
 
     def decode_short_binstring(self, raw: bytes) -> Any:
         """torch.load unpickles with encoding='utf-8' (strict)."""
@@ -231,7 +232,7 @@ class WeightsOnly(Policy):
         dtype = self._storage_dtype(storage_type)
         if type(key) is not str:
             raise self.refuse(f"storage key is {describe(key)}")
-        if _ascii(location) not in _LOCATIONS:
+        if type(_ascii(location)) is not str or _ascii(location) not in _LOCATIONS:
             raise self.refuse(f"storage location {_ascii(location)!r:.40} cannot be restored")
         if type(numel) is not int or numel < 0:
             raise self.refuse("storage element count is not a non-negative int")
@@ -400,7 +401,8 @@ def _rebuild_qtensor(policy: WeightsOnly, args: tuple[Any, ...]) -> Any:
         raise policy.refuse(f"quantized tensor storage is {describe(storage)}")
     _storage_view(policy, storage, offset, size, stride, _itemsize(policy, storage))
     dims = _ints(policy, size, "size")
-    scheme = params[0].path if type(params) is tuple and isinstance(params[0], Global) else None
+    is_scheme = type(params) is tuple and params and isinstance(params[0], Global)
+    scheme = params[0].path if is_scheme else None
     if scheme == "torch.per_tensor_affine" and len(params) == 3:
         if type(params[1]) is not float or type(params[2]) is not int:
             raise policy.refuse("per-tensor quantizer takes a float scale and an int zero point")
@@ -527,7 +529,7 @@ def _device(policy: WeightsOnly, args: tuple[Any, ...]) -> Any:
 
 def _layout(policy: WeightsOnly, args: tuple[Any, ...]) -> Any:
     _arity(policy, "_get_layout", args, 1)
-    if args[0] not in policy.rules.layouts:
+    if type(args[0]) is not str or args[0] not in policy.rules.layouts:
         raise policy.refuse(f"{describe(args[0])} is not a layout")
     return Instance("torch.layout", args[0])
 
@@ -535,7 +537,7 @@ def _layout(policy: WeightsOnly, args: tuple[Any, ...]) -> Any:
 def _encode(policy: WeightsOnly, args: tuple[Any, ...]) -> Any:
     _arity(policy, "_codecs.encode", args, 1, 2)
     text, encoding = args[0], args[1] if len(args) == 2 else "utf-8"
-    if type(text) is not str or encoding not in _ENCODINGS:
+    if type(text) is not str or type(encoding) is not str or encoding not in _ENCODINGS:
         raise policy.refuse("_codecs.encode is proven only on a str and a standard encoding")
     try:
         return text.encode(encoding)
@@ -564,7 +566,10 @@ def _complex(policy: WeightsOnly, args: tuple[Any, ...]) -> Any:
     _arity(policy, "complex", args, 0, 1, 2)
     if any(type(v) not in (int, float, bool) for v in args):
         raise policy.refuse("complex takes real numbers")
-    return complex(*args)
+    try:
+        return complex(*args)
+    except OverflowError:
+        raise policy.refuse("the number is too large for a complex") from None
 
 
 _CALLS: dict[str, Call] = {
