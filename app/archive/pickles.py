@@ -640,20 +640,12 @@ def check_torch_save(data: bytes, settings: Settings) -> list[str]:
     try:
         with ZipReader(data, settings) as inner:
             root = inner.root()
-            names = set(inner.names)
-            if f"{root}/constants.pkl" in names:
-                return ["a TorchScript archive, which torch.load refuses with weights_only"]
-            if f"{root}/data.pkl" not in names:
-                return ["no data.pkl"]
-            byteorder = f"{root}/byteorder"
-            if byteorder in names and inner.read_member(byteorder, 16) not in (b"little", b"big"):
-                return ["byteorder is neither little nor big"]
-            alignment = f"{root}/.storage_alignment"
-            if alignment in names and not inner.read_member(alignment, 16).strip().isdigit():
-                return [".storage_alignment is not a number"]
+            reasons = _zip_layout(inner, root)
+            if reasons:
+                return reasons
             prefix = f"{root}/data/"
             records = {}
-            for name in names:
+            for name in inner.names:
                 if name.startswith(prefix):
                     records[name[len(prefix) :]] = inner.members[name].size
                     for _ in inner.iter_member(name):
@@ -662,3 +654,34 @@ def check_torch_save(data: bytes, settings: Settings) -> list[str]:
     except Failure as exc:
         return [f"the zip cannot be read: {exc.message}"]
     return _pickle_reasons(pickle, records)
+
+
+#: the file format versions torch's zip reader takes (caffe2/serialize/versions.h)
+_FORMAT_VERSIONS = range(1, 11)
+#: how torch's C++ reader parses a version (`istream >> long long`: a prefix, the rest ignored)
+_VERSION = re.compile(rb"\s*([+-]?[0-9]+)")
+
+
+def _zip_layout(inner: ZipReader, root: str) -> list[str]:
+    """What torch.load checks of the zip before it unpickles data.pkl."""
+    names = set(inner.names)
+    if f"{root}/constants.pkl" in names:
+        return ["a TorchScript archive, which torch.load refuses with weights_only"]
+    version = f"{root}/.data/version" if f"{root}/.data/version" in names else f"{root}/version"
+    if version not in names:
+        return ["no version record"]
+    number = _VERSION.match(inner.read_member(version, 64))
+    if number is None or int(number.group(1)) not in _FORMAT_VERSIONS:
+        return [f"format version is not one torch reads ({_FORMAT_VERSIONS[0]} to 10)"]
+    if f"{root}/data.pkl" not in names:
+        return ["no data.pkl"]
+    byteorder = f"{root}/byteorder"
+    if byteorder in names and inner.read_member(byteorder, 16) not in (b"little", b"big"):
+        return ["byteorder is neither little nor big"]
+    alignment = f"{root}/.storage_alignment"
+    if alignment in names:
+        try:
+            int(inner.read_member(alignment, 64))  # torch.load parses it with int()
+        except ValueError:
+            return [".storage_alignment is not a number"]
+    return []

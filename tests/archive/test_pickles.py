@@ -379,6 +379,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     corpus["legacy-format"] = P2 + g("os", "system") + u(f"touch {marker}") + b"\x85R."
     corpus["torchscript"] = rezip(base, add={"archive/constants.pkl": P2 + b"N."})
     corpus |= {name: with_data_pkl(b, pkl) for name, (b, pkl) in _mutants(400).items()}
+    corpus |= _layouts(base)
     ours, seconds, files = {}, {}, {}
     for name, data in corpus.items():
         start = time.process_time()
@@ -389,8 +390,39 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     return Verdicts(marker, ours, torch_weights_only(files, marker), seconds)
 
 
+def _layouts(base: bytes) -> dict[str, bytes]:
+    """torch.save zips with their layout changed: torch.load reads some and refuses others."""
+    versions = [b"0", b"1", b"10", b"11", b"3x", b" 3", b"", b"-1", b"+3", b"0x3", b"\n3"]
+    out = {f"layout-version-{v!r}": rezip(base, replace={"archive/version": v}) for v in versions}
+    return out | {
+        "layout-no-version": rezip(base, drop={"archive/version"}),
+        "layout-data-version-first": rezip(
+            base, replace={"archive/version": b"junk"}, add={"archive/.data/version": b"3\n"}
+        ),
+        "layout-data-version-junk": rezip(base, add={"archive/.data/version": b"junk"}),
+        "layout-no-byteorder": rezip(base, drop={"archive/byteorder"}),
+        "layout-big-endian": rezip(base, replace={"archive/byteorder": b"big"}),
+        "layout-odd-byteorder": rezip(base, replace={"archive/byteorder": b"middle"}),
+        "layout-alignment-junk": rezip(base, replace={"archive/.storage_alignment": b"x"}),
+        "layout-alignment-spaced": rezip(base, replace={"archive/.storage_alignment": b" 64\n"}),
+        "layout-format-junk": rezip(base, replace={"archive/.format_version": b"x"}),
+        "layout-extra-member": rezip(base, add={"archive/extra.bin": b"123"}),
+        "layout-no-serialization-id": rezip(base, drop={"archive/.data/serialization_id"}),
+        "layout-no-data-pkl": rezip(base, drop={"archive/data.pkl"}),
+        "layout-no-storage": rezip(base, drop={"archive/data/0"}),
+    }
+
+
+def test_zip_layouts_are_judged_as_torch_judges_them(verdicts: Verdicts) -> None:
+    layouts = [name for name in verdicts.ours if name.startswith("layout-")]
+    ours = {name: not verdicts.ours[name] for name in layouts}
+    theirs = {name: verdicts.theirs[name] == "loaded" for name in layouts}
+    assert ours == theirs
+    assert 0 < sum(ours.values()) < len(ours)
+
+
 def test_hostile_pickles_are_refused_by_us_and_by_torch(verdicts: Verdicts) -> None:
-    hostile = [name for name in verdicts.ours if not name.startswith("mutant-")]
+    hostile = [name for name in verdicts.ours if not name.startswith(("mutant-", "layout-"))]
     assert len(hostile) > 40
     assert [name for name in hostile if not verdicts.ours[name]] == []
     assert [name for name in hostile if verdicts.seconds[name] >= 1.0] == []
