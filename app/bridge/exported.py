@@ -106,7 +106,9 @@ def deserialize(
 
     Nothing is unpickled: tensors are made from raw bytes and example inputs are left out.
     `route` picks how torch's schema dataclasses are made: "fast" builds them from our models,
-    "torch" re-parses the JSON with torch's own `_bytes_to_dataclass`.
+    "torch" re-parses the JSON with torch's own `_bytes_to_dataclass`. Pytree types this process
+    has not registered are stood in for while torch builds (`app.bridge.standins`): the program
+    checks and saves, but running it needs the real types registered.
     """
     named = by_name(tensors)
     slots = signature_slots(doc)
