@@ -185,9 +185,9 @@ class WeightsOnly(Policy):
             return _parameter(self, tuple(args))
         if cls.path in (_ORDERED_DICT, _COUNTER):
             return Instance(cls.path, items={}, hashable=False)  # dict.__new__ ignores args
-        entry = self.rules.entry(cls.path)
-        if cls.path in self.rules.user_allowed and entry and entry["kind"] == "class" and not args:
-            return Instance(cls.path)
+        entry = self.rules.user_allowed.get(cls.path)
+        if entry and "state_fields" in entry and entry["plain_new"] and not args:
+            return Instance(cls.path)  # object.__new__: an empty dataclass BUILD fills
         raise self.refuse(f"NEWOBJ on {cls.path} is allowed by torch but not proven here")
 
     def build(self, inst: Any, state: Any) -> None:
@@ -200,9 +200,9 @@ class WeightsOnly(Policy):
         entry = self.rules.entry(kind) if kind else None
         if entry is None:
             raise self.refuse(f"BUILD on {describe(inst)}, which torch does not allow")
-        if kind in self.rules.user_allowed and entry.get("setstate"):
-            if type(state) not in (list, tuple, dict):
-                raise self.refuse(f"BUILD state for {kind} is {describe(state)}")
+        if "state_fields" in entry:
+            if type(state) not in (list, tuple):
+                raise self.refuse(f"BUILD state for {kind} is {describe(state)}, not its fields")
             return
         raise self.refuse(f"BUILD on a {kind} object is allowed by torch but not proven here")
 

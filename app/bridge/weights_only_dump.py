@@ -9,6 +9,7 @@ torch.distributed register theirs on import), the context sample inputs are read
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ import torch._dynamo  # noqa: F401  (registers its safe globals, as torch.export
 import torch._weights_only_unpickler as weights_only
 import torch.serialization
 from torch._utils import IMPORT_MAPPING, NAME_MAPPING
+
+_OBJECT_NEW: Any = object.__new__
 
 
 def _describe(value: Any) -> dict[str, Any]:
@@ -32,11 +35,19 @@ def _describe(value: Any) -> dict[str, Any]:
         # legacy tensor types (torch.FloatTensor) carry a dtype a storage id may name
         return {"kind": "tensor-type", "dtype": str(value.dtype)}
     if isinstance(value, type):
-        return {
+        described: dict[str, Any] = {
             "kind": "class",
             "tensor": issubclass(value, torch.Tensor),
             "setstate": "__setstate__" in vars(value),
+            "plain_new": value.__new__ is _OBJECT_NEW,
         }
+        setstate = getattr(value, "__setstate__", None)
+        if dataclasses.is_dataclass(value) and getattr(setstate, "__name__", "") == (
+            "_dataclass_setstate"
+        ):
+            # a slots dataclass: BUILD sets its fields from a list, one value each
+            described["state_fields"] = len(dataclasses.fields(value))
+        return described
     if callable(value):
         return {"kind": "function"}
     raise TypeError(f"unexpected allowed global {value!r}")
