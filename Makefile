@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install fuzz opset opset
+.PHONY: run test lint openapi bench install fuzz opset
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,10 +36,6 @@ test: lint
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json
-
-# The operator registry, written from the installed torch (tests/bridge/test_opset_current.py).
-opset: $(STAMP)
-	$(BIN)/python -m app.bridge.opset_dump app/programs/opset.json.gz
 
 # The operator registry, written from the installed torch (tests/bridge/test_opset_current.py).
 opset: $(STAMP)
