@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from tests.archive.zipcraft import rezip
+from tests.archive.zipcraft import FIXED_TIME, rezip
 
 ROOT = "archive"
 DOCUMENT = f"{ROOT}/models/model.json"
@@ -71,8 +71,55 @@ def _config(archives: dict[str, bytes], base: str, member: str) -> Any:
         return orjson.loads(zf.read(member))
 
 
-def _sample_inputs(archives: dict[str, bytes], marker: Path) -> bytes:
-    return _zip(archives, "conv", replace={SAMPLE_INPUTS: evil_pickle(marker)})
+def _short_unicode(text: str) -> bytes:
+    raw = text.encode()
+    assert len(raw) < 256
+    return b"\x8c" + bytes([len(raw)]) + raw
+
+
+def decoy_pickle(marker: Path) -> bytes:
+    """`posix.system('touch <marker>')` behind decoy strings naming an allowed global: PROTO 2,
+    'posix', 'system', 'torch._utils', '_rebuild_tensor_v2', POP, POP, STACK_GLOBAL (which takes
+    'posix' and 'system'), the command, TUPLE1, REDUCE, STOP."""
+    return b"".join(
+        [
+            b"\x80\x02",
+            *(_short_unicode(t) for t in ("posix", "system", "torch._utils", "_rebuild_tensor_v2")),
+            b"00\x93",
+            _short_unicode(f"touch {marker}"),
+            b"\x85R.",
+        ]
+    )
+
+
+def torch_save_zip(pickled: bytes) -> bytes:
+    """A zip laid out as `torch.save` writes one, holding `pickled` as its data.pkl."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+        for name, data in (
+            ("data.pkl", pickled),
+            ("byteorder", b"little"),
+            ("version", b"3\n"),
+            (".data/serialization_id", b"0"),
+        ):
+            target.writestr(zipfile.ZipInfo(f"sample/{name}", FIXED_TIME), data)
+    return out.getvalue()
+
+
+#: Sample inputs whose loading would create the marker: never refused (sample inputs are no
+#: reason to refuse a program), always left out of what is written and served.
+SAMPLE_INPUT_PAYLOADS: dict[str, Callable[[Path], bytes]] = {
+    "reduce-os-system": evil_pickle,
+    "decoy-stack-global": lambda marker: torch_save_zip(decoy_pickle(marker)),
+}
+
+
+def with_sample_inputs(archive: bytes, payload: bytes) -> bytes:
+    """`archive` (one model named "model") with its sample inputs replaced by `payload`."""
+    return rezip(archive, replace={SAMPLE_INPUTS: payload})
 
 
 def _pickled_weight(archives: dict[str, bytes], marker: Path) -> bytes:
@@ -207,7 +254,6 @@ def _operator_argument(archives: dict[str, bytes], marker: Path) -> bytes:
 
 
 HOSTILE: list[Hostile] = [
-    Hostile("sample-inputs-pickle", "unsafe-pickle", _sample_inputs),
     Hostile("use-pickle-weight", "unsafe-pickle", _pickled_weight),
     Hostile("opaque-object", "unsafe-pickle", _opaque_constant),
     Hostile("sympify-expression", "unsafe-expression", _expression),
@@ -261,3 +307,74 @@ def audited() -> Iterator[list[tuple[str, str]]]:
         yield events
     finally:
         _recording, _owner = None, None
+
+
+#: What a load must never do: unpickle with a trusting unpickler, or start a program.
+_RUNS = (
+    "pickle.find_class",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+)
+_CONSUMER = """
+import json, sys, torch
+archive, inputs, outputs = sys.argv[1:4]
+args, kwargs = torch.load(inputs, weights_only=True)
+events, armed = [], False
+def hook(event, detail):
+    if armed and event.startswith(%r):
+        events.append([event, repr(detail[:2])[:200]])
+sys.addaudithook(hook)
+armed = True
+try:
+    program = torch.export.load(archive)
+except Exception as exc:
+    print(json.dumps([events, repr(exc)]))
+    sys.exit(0)
+armed = False
+torch.save((program.module()(*args, **kwargs), program.example_inputs), outputs)
+print(json.dumps([events, None]))
+"""
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """What a trusting consumer's `torch.export.load` of an archive did."""
+
+    #: code-running and unpickling audit events during the load
+    events: list[list[str]]
+    #: why the load failed (None if it did not)
+    error: str | None
+    #: the loaded program's outputs on the given inputs
+    outputs: Any = None
+    #: the loaded program's example inputs (None when the archive has none)
+    example_inputs: Any = None
+
+
+def consume(archive: bytes, args: tuple[Any, ...], kwargs: dict[str, Any], tmp: Path) -> Consumed:
+    """Load `archive` with `torch.export.load` in a fresh process, as a consumer of what the
+    registry serves would, recording what the load runs, and call the program on the inputs."""
+    import subprocess
+
+    import torch
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "consumed.pt2").write_bytes(archive)
+    torch.save((args, kwargs), tmp / "inputs.pt")
+    script = _CONSUMER % (_RUNS,)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *(str(tmp / n) for n in ("consumed.pt2", "inputs.pt"))]
+        + [str(tmp / "outputs.pt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    events, error = json.loads(done.stdout.splitlines()[-1])
+    if error is not None:
+        return Consumed(events, error)
+    outputs, example_inputs = torch.load(tmp / "outputs.pt", weights_only=True)
+    return Consumed(events, None, outputs, example_inputs)

@@ -1,22 +1,32 @@
 """Hostile archives through the four operations and a registry push: refused with their codes,
-nothing run, nothing stored."""
+nothing run, nothing stored. Hostile sample inputs are no reason to refuse a program: they are
+left out of what is written, with a warning, and never run."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from app import operations as ops
 from app.failure import Failure
-from app.registry import Registry, RegistryFailure, prepare
+from app.programs.validation import Finding
+from app.registry import Registry, RegistryFailure
 from app.settings import Settings
-from schema import SchemaError
-from tests.hostile import HOSTILE, Hostile, audited
-from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
-from tests.registry.conftest import stored_files
+from schema import Issue, SchemaError
+from tests.hostile import (
+    HOSTILE,
+    SAMPLE_INPUT_PAYLOADS,
+    Hostile,
+    audited,
+    consume,
+    with_sample_inputs,
+)
+from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
+from tests.registry.conftest import InProcessTorch, sample_inputs_of, stored_files
 
 SETTINGS = Settings()
 
@@ -43,8 +53,17 @@ def _validate(data: bytes) -> object:
         report = ops.validate(source, "torch", SETTINGS, _NoTorch())
     assert not report.valid
     # a refusal that is a finding reads as the failure the other operations raise
-    first = next(f for f in report.findings if f.severity == "error")
+    first = _screened([f for f in report.findings if f.severity == "error"])
     raise Failure(first.code, first.message)
+
+
+_Coded = TypeVar("_Coded", Finding, Issue)
+
+
+def _screened(errors: list[_Coded]) -> _Coded:
+    """The screen's refusal among a report's errors (the failure the other operations raise);
+    the first error if the screen found nothing."""
+    return next((e for e in errors if e.code.startswith("unsafe-")), errors[0])
 
 
 def _deserialize(data: bytes) -> object:
@@ -79,15 +98,15 @@ def _push(registry: Registry, data: bytes) -> object:
     A program found invalid is refused as its first error, like a refusal by `_validate`."""
     staged = registry.blobs.stage_bytes(data)
     try:
-        try:
-            candidate = prepare(staged.path, SETTINGS, _NoTorch())
-        except RegistryFailure as failure:
-            if failure.code != "invalid-program":
-                raise
-            raise Failure(failure.issues[0].code, failure.issues[0].message) from None
-        return registry.push("hostile", staged, candidate)
+        candidate = registry.prepare(staged.path, _NoTorch())
+    except RegistryFailure as failure:
+        if failure.code != "invalid-program":
+            raise
+        first = _screened(failure.issues)
+        raise Failure(first.code, first.message) from None
     finally:
         staged.discard()
+    return registry.push("hostile", candidate)
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +189,48 @@ def test_archives_we_write_pass_our_own_checks(archives: dict[str, bytes]) -> No
         _canonicalize(out.getvalue())
         with ops.open_source(out.getvalue(), "zip", SETTINGS) as source:
             assert ops.validate(source, "semantic", SETTINGS, None).valid
+
+
+@pytest.mark.parametrize("payload", sorted(SAMPLE_INPUT_PAYLOADS))
+def test_unproven_sample_inputs_are_a_warning_and_nothing_runs(
+    payload: str, archives: dict[str, bytes], tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    data = with_sample_inputs(archives["conv"], SAMPLE_INPUT_PAYLOADS[payload](marker))
+
+    def every_operation() -> list[Finding]:
+        _serialize(data)
+        _canonicalize(data)
+        with ops.open_source(data, "zip", SETTINGS) as source:
+            report = ops.validate(source, "semantic", SETTINGS, None)
+        assert report.valid
+        return [f for f in report.findings if f.code == ops.SAMPLE_INPUTS_DROPPED]
+
+    every_operation()  # lazy imports happen here, unaudited
+    with audited() as events:
+        dropped = every_operation()
+    assert [(f.severity, f.path) for f in dropped] == [("warning", "")]
+    assert "archive/data/sample_inputs/model.pt" in dropped[0].message
+    assert events == []
+    assert not marker.exists()
+
+
+def test_deserialize_writes_no_sample_inputs(
+    archives: dict[str, bytes], zoo: dict[str, ZooProgram], tmp_path: Path
+) -> None:
+    """The archive deserialize writes (our writer, after torch rebuilt the program) leaves the
+    upload's sample inputs out, so a payload there never reaches its consumer."""
+    marker = tmp_path / "marker"
+    program = zoo["conv"]
+    for payload, build in SAMPLE_INPUT_PAYLOADS.items():
+        data = with_sample_inputs(archives["conv"], build(marker))
+        target = tmp_path / f"{payload}.pt2"
+        with ops.open_source(data, "zip", SETTINGS) as source:
+            weights = ops.weights_from(None, source, None)
+            ops.deserialize_to(source, weights, SETTINGS, InProcessTorch(), target)
+        written = target.read_bytes()
+        assert sample_inputs_of(written) == b""
+        consumed = consume(written, program.args, program.kwargs, tmp_path / payload)
+        assert (consumed.events, consumed.error) == ([], None)
+        assert outputs_close(consumed.outputs, program.run())
+        assert not marker.exists()

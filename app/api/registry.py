@@ -28,12 +28,12 @@ from app.registry import (
     AliasInfo,
     ModelInfo,
     ModelPage,
+    PushedVersion,
     Registry,
     Staged,
     VersionInfo,
     VersionPage,
     check_model_name,
-    prepare,
 )
 from app.settings import Settings
 
@@ -255,10 +255,10 @@ def get_model(name: str, registry: RegistryDep) -> ModelInfo:
 @router.post(
     "/models/{name}/versions",
     status_code=201,
-    response_model=VersionInfo,
+    response_model=PushedVersion,
     openapi_extra=request_body("file", json=None),
     responses={
-        200: {"model": VersionInfo, "description": "The program is already this live version"},
+        200: {"model": PushedVersion, "description": "The program is already this live version"},
         201: {"description": "A new version (Location: its URL)"},
         **problem_responses(*_PUSH_PROBLEMS),
     },
@@ -266,21 +266,22 @@ def get_model(name: str, registry: RegistryDep) -> ModelInfo:
 def push_version(
     name: str,
     staged: StagedDep,
-    settings: SettingsDep,
     pool: PoolDep,
     registry: RegistryDep,
     response: Response,
     model: str | None = None,
-) -> VersionInfo:
+) -> PushedVersion:
     """Upload a .pt2 (validated at level torch; refused with the report's errors if invalid).
 
-    The same program (by program digest) pushed again answers its existing version with 200."""
-    candidate = prepare(staged.path, settings, pool, model)
-    pushed = registry.push(name, staged, candidate)
+    What is stored and served is an archive our writer makes from the checked program: sample
+    inputs torch's weights_only loader cannot be proven to read are left out (a warning says
+    so). The same program (by program digest) pushed again answers its existing version with
+    200."""
+    pushed = registry.push(name, registry.prepare(staged.path, pool, model))
     info = pushed.version
     response.status_code = 201 if pushed.created else 200
     response.headers["Location"] = f"/v1/models/{name}/versions/{info.version}"
-    return info
+    return PushedVersion(**info.model_dump(), warnings=pushed.warnings)
 
 
 @router.get(
@@ -329,20 +330,21 @@ def delete_version(
     "/models/{name}/versions/{ref}/archive",
     response_class=Response,
     responses={
-        200: {"content": {_ZIP: _BYTES}, "description": "The .pt2 as pushed"},
+        200: {"content": {_ZIP: _BYTES}, "description": "The .pt2 the registry wrote"},
         206: {"description": "The requested byte range"},
-        304: {"description": "If-None-Match matched the ETag (the program digest)"},
+        304: {"description": "If-None-Match matched the ETag (the archive digest)"},
         **problem_responses(*_CONTENT_PROBLEMS),
     },
 )
 def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
-    """The .pt2, streamed; ETag is the program digest; Range and If-None-Match are honoured."""
+    """The .pt2, streamed; ETag is its sha256 (the archive digest, which covers every byte
+    served); Range and If-None-Match are honoured."""
     info, handle = registry.open_content(name, ref, "archive")
     headers = {
         **_digest_headers(info),
         "Content-Disposition": f'attachment; filename="{info.model}-v{info.version}.pt2"',
     }
-    return _bytes_response(request, handle, info.digests.program, _ZIP, headers)
+    return _bytes_response(request, handle, info.digests.archive, _ZIP, headers)
 
 
 @router.get(

@@ -33,10 +33,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 
 from app.archive.errors import ArchiveFailure
-from app.archive.raw import RawTensor, TensorKind
+from app.archive.raw import RawTensor, Streamed, StreamedTensor, TensorKind
 from app.archive.tensors import check_storage, concrete
 from app.archive.zipread import MiB, ZipReader, ZipSource
 from app.settings import Settings
@@ -184,6 +185,28 @@ class Archive:
                 data[entry.member] = self.reader.read_member(entry.member, entry.size)
             assert entry.meta is not None
             out.append(RawTensor(entry.name, entry.kind, entry.meta, data[entry.member]))
+        return out
+
+    def streamed(self, member: str) -> Streamed:
+        """A member's bytes as the writer streams them (size and CRC checked as they pass)."""
+        entry = self.reader.member(member)
+        return Streamed(entry.size, entry.crc, partial(self.reader.iter_member, member))
+
+    def streamed_tensors(self, model: str | None = None) -> list[StreamedTensor]:
+        """Every non-pickled tensor (of `model` only, named by its FQN there, if given), read
+        only when written; tensors sharing a member share one `Streamed`, so the writer stores
+        them once, as `raw_tensors` does."""
+        prefix = f"{model}/" if model is not None and len(self.documents) > 1 else ""
+        streams: dict[str, Streamed] = {}
+        out: list[StreamedTensor] = []
+        for entry in self.tensors.values():
+            if entry.use_pickle or (model is not None and entry.model != model):
+                continue
+            assert entry.meta is not None
+            if entry.member not in streams:
+                streams[entry.member] = self.streamed(entry.member)
+            name = entry.name.removeprefix(prefix)
+            out.append(StreamedTensor(name, entry.kind, entry.meta, streams[entry.member]))
         return out
 
     def opaque_members(self, limit: int) -> dict[str, bytes]:

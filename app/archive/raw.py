@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,3 +19,23 @@ class RawTensor:
     kind: TensorKind
     meta: TensorMeta
     data: bytes
+
+
+@dataclass(frozen=True, eq=False)
+class Streamed:
+    """Bytes read only as they are written: a source member's declared size and CRC-32 (the
+    writer's local header needs them first) and its chunks, which check both at their end."""
+
+    size: int
+    crc: int
+    chunks: Callable[[], Iterator[bytes]]
+
+
+@dataclass(frozen=True)
+class StreamedTensor:
+    """A tensor whose storage bytes are streamed from a source archive when written."""
+
+    name: str
+    kind: TensorKind
+    meta: TensorMeta
+    data: Streamed

@@ -5,7 +5,8 @@ header's extra field with an "FB" block for that, so weights can be memory-mappe
 order; the zip always ends with zip64 end records, as torch's writer does. Unlike torch, the
 local headers carry the CRC and sizes (no data descriptors) since every size is known up front,
 and the output is deterministic: fixed timestamps and a serialization id derived from the
-members' CRCs.
+members' CRCs. Members copied from another archive are streamed (`Streamed`): their declared
+size and CRC go into the header, and the bytes are checked against both as they pass.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import os
 import struct
 import tempfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import Protocol
 
 from app.archive.errors import ArchiveFailure
 from app.archive.pt2 import (
@@ -36,7 +37,7 @@ from app.archive.pt2 import (
     WEIGHTS_CONFIG,
     WEIGHTS_DIR,
 )
-from app.archive.raw import RawTensor
+from app.archive.raw import RawTensor, Streamed, StreamedTensor
 from app.archive.tensors import check_storage
 from app.archive.zipread import check_name
 from schema import PayloadConfig, PayloadMeta, dump
@@ -61,6 +62,21 @@ _LOCATOR64 = struct.Struct("<4sIQI")
 _EOCD = struct.Struct("<4sHHHHIIH")
 
 
+Data = bytes | Streamed
+
+
+class Sink(Protocol):
+    """Where an archive is written: a binary file, or anything with its write and flush."""
+
+    def write(self, data: bytes, /) -> object:
+        """Append bytes."""
+        ...
+
+    def flush(self) -> object:
+        """Push buffered bytes on."""
+        ...
+
+
 @dataclass(frozen=True)
 class _Written:
     name: bytes
@@ -72,16 +88,17 @@ class _Written:
 class _ZipWriter:
     """A minimal stored-only zip writer with torch's 64-byte data alignment."""
 
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: Sink) -> None:
         self._out = out
         self._pos = 0
         self._written: list[_Written] = []
 
-    def add(self, name: str, data: bytes) -> None:
-        """Append one stored member."""
+    def add(self, name: str, data: Data) -> None:
+        """Append one stored member (a streamed one is copied chunk by chunk)."""
         raw_name = name.encode("utf-8")
-        crc = zlib.crc32(data)
-        size = len(data)
+        crc, size = (
+            (zlib.crc32(data), len(data)) if isinstance(data, bytes) else (data.crc, data.size)
+        )
         big = size >= _ZIP64_LIMIT
         zip64 = struct.pack("<HHQQ", 1, 16, size, size) if big else b""
         unpadded = self._pos + _LOCAL.size + len(raw_name) + len(zip64) + 4
@@ -101,7 +118,21 @@ class _ZipWriter:
             len(extra),
         )
         self._written.append(_Written(raw_name, crc, size, self._pos))
-        self._emit(header, raw_name, extra, data)
+        self._emit(header, raw_name, extra)
+        if isinstance(data, bytes):
+            self._emit(data)
+        else:
+            self._copy(name, data)
+
+    def _copy(self, name: str, data: Streamed) -> None:
+        crc = 0
+        start = self._pos
+        for chunk in data.chunks():
+            crc = zlib.crc32(chunk, crc)
+            self._emit(chunk)
+        if (self._pos - start, crc) != (data.size, data.crc):
+            # the header already promised them: the output is unusable, and is never finished
+            _refuse(f"member {name!r} did not have the size and CRC-32 its source declared")
 
     def finish(self) -> None:
         """Write the central directory and the (zip64) end records."""
@@ -176,21 +207,21 @@ class _ZipWriter:
 
 
 def write_archive(
-    target: str | os.PathLike[str] | IO[bytes],
+    target: str | os.PathLike[str] | Sink,
     documents: dict[str, bytes],
-    tensors: list[RawTensor],
+    tensors: Sequence[RawTensor | StreamedTensor],
     *,
-    opaque_members: dict[str, bytes] | None = None,
+    opaque_members: dict[str, Data] | None = None,
     root: str = DEFAULT_ROOT,
 ) -> None:
     """Write a .pt2 that `torch.export.load` opens; a path is replaced atomically.
 
     `documents` maps model names to document JSON bytes. With one model, tensors are named
-    by their FQN; with several, "<model>/<fqn>". Tensors given the same bytes object (as
-    `Archive.raw_tensors` returns for views of one storage) share one member, so aliasing
-    survives. `opaque_members` carries root-relative `data/sample_inputs/<model>.pt` and
-    `extra/<name>` members as they are; missing sample inputs are written empty, which torch
-    loads as "no example inputs".
+    by their FQN; with several, "<model>/<fqn>". Tensors given the same bytes (or `Streamed`)
+    object (as `Archive.raw_tensors` and `streamed_tensors` return for views of one storage)
+    share one member, so aliasing survives. `opaque_members` carries root-relative
+    `data/sample_inputs/<model>.pt` and `extra/<name>` members as they are; missing sample
+    inputs are written empty, which torch loads as "no example inputs".
     """
     members = _members(root, documents, tensors, opaque_members or {})
     if isinstance(target, str | os.PathLike):
@@ -200,8 +231,11 @@ def write_archive(
 
 
 def _members(
-    root: str, documents: dict[str, bytes], tensors: list[RawTensor], opaque: dict[str, bytes]
-) -> list[tuple[str, bytes]]:
+    root: str,
+    documents: dict[str, bytes],
+    tensors: Sequence[RawTensor | StreamedTensor],
+    opaque: dict[str, Data],
+) -> list[tuple[str, Data]]:
     """Every member in torch's order, validated against what the reader accepts."""
     if "/" in root:
         _refuse(f"root {root!r} must be a single folder name")
@@ -220,7 +254,7 @@ def _members(
                 f"opaque member {name!r} is neither data/sample_inputs/<model>.pt nor extra/<name>"
             )
         check_name(f"{root}/{name}")
-    out: list[tuple[str, bytes]] = []
+    out: list[tuple[str, Data]] = []
     counters = {WEIGHTS_DIR: 0, CONSTANTS_DIR: 0}
     for model, document in documents.items():
         weights = [(fqn, t) for fqn, t in by_model[model] if t.kind != "constant"]
@@ -246,7 +280,7 @@ def _members(
             out.append((config_name.format(model), dump(PayloadConfig(config=config))))
         out.append((MODEL_DOCUMENT.format(model), document))
         out.append((SAMPLE_INPUTS.format(model), opaque.get(SAMPLE_INPUTS.format(model), b"")))
-    out.extend(sorted((n, data) for n, data in opaque.items() if n.startswith(EXTRA_DIR)))
+    out.extend((n, opaque[n]) for n in sorted(opaque) if n.startswith(EXTRA_DIR))
     out.append((ARCHIVE_FORMAT, b"pt2"))
     out.append((ARCHIVE_VERSION, b"0"))
     out.append((DATA_VERSION, DATA_VERSION_VALUE))
@@ -255,9 +289,11 @@ def _members(
 
 
 def _tensors_by_model(
-    documents: dict[str, bytes], tensors: list[RawTensor]
-) -> dict[str, list[tuple[str, RawTensor]]]:
-    by_model: dict[str, list[tuple[str, RawTensor]]] = {model: [] for model in documents}
+    documents: dict[str, bytes], tensors: Sequence[RawTensor | StreamedTensor]
+) -> dict[str, list[tuple[str, RawTensor | StreamedTensor]]]:
+    by_model: dict[str, list[tuple[str, RawTensor | StreamedTensor]]] = {
+        model: [] for model in documents
+    }
     seen: set[str] = set()
     single = next(iter(documents)) if len(documents) == 1 else None
     for tensor in tensors:
@@ -271,7 +307,8 @@ def _tensors_by_model(
             _refuse(f"tensor {tensor.name!r} must be named '<model>/<fqn>' with a known model")
         if tensor.kind not in ("parameter", "buffer", "constant"):
             _refuse(f"tensor {tensor.name!r} has kind {tensor.kind!r}")
-        check_storage(tensor.meta, len(tensor.data), f"tensor {tensor.name!r}")
+        size = len(tensor.data) if isinstance(tensor.data, bytes) else tensor.data.size
+        check_storage(tensor.meta, size, f"tensor {tensor.name!r}")
         by_model[model].append((fqn, tensor))
     return by_model
 
@@ -280,7 +317,7 @@ def _refuse(message: str) -> None:
     raise ArchiveFailure("archive-write-refused", message)
 
 
-def _write(out: IO[bytes], members: list[tuple[str, bytes]]) -> None:
+def _write(out: Sink, members: list[tuple[str, Data]]) -> None:
     writer = _ZipWriter(out)
     for name, data in members:
         writer.add(name, data)
@@ -291,7 +328,7 @@ def _write(out: IO[bytes], members: list[tuple[str, bytes]]) -> None:
     writer.finish()
 
 
-def _replace(path: Path, members: list[tuple[str, bytes]]) -> None:
+def _replace(path: Path, members: list[tuple[str, Data]]) -> None:
     """Write next to `path`, fsync, then rename over it: never a half-written archive."""
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

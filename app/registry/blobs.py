@@ -63,6 +63,11 @@ class Staged:
         self._hash.update(data)
         self.size += len(data)
 
+    def flush(self) -> None:
+        """Hand buffered bytes to the operating system (finish makes them durable)."""
+        assert self._file is not None, "the staged file is finished"
+        self._file.flush()
+
     def finish(self) -> str:
         """Flush and fsync the bytes; the sha256 hex of everything written."""
         if self._file is not None:

@@ -1,4 +1,13 @@
-"""What the registry learns from an uploaded .pt2 before storing it: validity, digests, summary."""
+"""What the registry learns from an uploaded .pt2 before storing it: validity, digests, summary,
+and the archive it will serve, which our writer makes from what was checked.
+
+The upload itself is never stored. The served archive holds the pushed model's screened
+document (its bytes as uploaded), its weights and constants streamed from the upload with
+configs we write, the markers, and its sample inputs only when they are proven loadable by
+torch's weights_only loader; otherwise they are left out with a warning. So the archive digest
+covers every byte served, and a consumer's `torch.export.load` of it unpickles nothing it could
+not have unpickled with weights_only.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,13 @@ from pathlib import Path
 
 import schema
 from app import operations as ops
+from app.archive import Archive
+from app.archive.pt2 import SAMPLE_INPUTS
+from app.archive.raw import Streamed
+from app.archive.writer import write_archive
 from app.programs.digest import Digests
+from app.programs.validation import Finding
+from app.registry.blobs import Staged
 from app.registry.errors import RegistryFailure
 from app.registry.summary import Summary, summarize
 from app.settings import Settings
@@ -24,14 +39,20 @@ class Candidate:
     min_schema_version: str
     readable_by: list[str]
     summary: Summary
+    #: the archive to store and serve (finished), written by us from what was checked
+    archive: Staged
+    #: what was left out of the upload, and why
+    warnings: list[Finding]
 
 
 def prepare(
-    path: Path, settings: Settings, runner: ops.TorchRunner, model: str | None = None
+    path: Path, settings: Settings, runner: ops.TorchRunner, into: Staged, model: str | None = None
 ) -> Candidate:
     """Validate one model of a .pt2 at level torch (refused with the report's errors if invalid),
-    then canonicalize and summarize it."""
+    canonicalize and summarize it, and write the archive to serve into `into`."""
     with ops.open_source(path, "zip", settings) as source:
+        assert source.archive is not None
+        _refuse_pickled(source.archive)
         report = ops.validate(source, "torch", settings, runner, model)
         if not report.valid:
             errors = [f for f in report.findings if f.severity == "error"]
@@ -42,7 +63,10 @@ def prepare(
             )
         document = ops.read_document(source, model, settings)
         canonical = ops.canonical(source, settings, document.name)
+        samples = ops.sample_inputs(source, settings)
+        _write_served(source.archive, document.name, samples, into)
     compat = schema.compat(document.doc)
+    dropped = samples.dropped.get(document.name)
     return Candidate(
         archive_model=document.name,
         digests=canonical.digests,
@@ -51,4 +75,34 @@ def prepare(
         min_schema_version=compat.min_version,
         readable_by=list(compat.readable_by),
         summary=summarize(document.doc),
+        archive=into,
+        warnings=[dropped] if dropped is not None else [],
     )
+
+
+def _refuse_pickled(archive: Archive) -> None:
+    """Pickled payloads and objects pass the checks only where a deployment allows them as
+    opaque bytes; the registry serves nothing it cannot prove, so it refuses them always."""
+    pickled = [m for m in archive.pickled if m not in archive.sample_inputs.values()]
+    if pickled:
+        raise RegistryFailure(
+            "unsafe-pickle",
+            f"the registry stores no pickled members but proven sample inputs: {pickled}",
+            [schema.Issue("unsafe-pickle", "", m) for m in pickled],
+        )
+
+
+def _write_served(archive: Archive, model: str, samples: ops.SampleInputs, into: Staged) -> None:
+    """The served archive of `model`, streamed into `into` and fsynced."""
+    opaque: dict[str, bytes | Streamed] = {
+        archive.relative(member): archive.streamed(member) for member in archive.extra
+    }
+    if model in samples.proven:
+        opaque[SAMPLE_INPUTS.format(model)] = archive.streamed(samples.proven[model])
+    write_archive(
+        into,
+        {model: archive.documents[model]},
+        archive.streamed_tensors(model),
+        opaque_members=opaque,
+    )
+    into.finish()

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from app.programs.validation import Finding
 from app.registry.summary import Summary
 
 
@@ -78,10 +79,18 @@ class AliasInfo(BaseModel):
 
 
 class Pushed(BaseModel):
-    """A push's outcome: the version, and whether it was created or already there."""
+    """A push's outcome: the version, whether it was created or already there, and what of the
+    upload was left out of the served archive."""
 
     version: VersionInfo
     created: bool
+    warnings: list[Finding] = []
+
+
+class PushedVersion(VersionInfo):
+    """A push's answer: the version, and what of the upload its archive leaves out, and why."""
+
+    warnings: list[Finding]
 
 
 class CleanupReport(BaseModel):

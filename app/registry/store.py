@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
@@ -20,7 +21,7 @@ from app.archive import open_archive
 from app.registry.blobs import BlobStore, Staged, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
 from app.registry.errors import RegistryFailure
-from app.registry.ingest import Candidate
+from app.registry.ingest import Candidate, prepare
 from app.registry.records import (
     AliasInfo,
     CleanupReport,
@@ -119,12 +120,24 @@ class Registry:
 
     # ------------------------------------------------------------ writes
 
-    def push(self, name: str, staged: Staged, candidate: Candidate) -> Pushed:
-        """Store a validated program as the model's next version, or return the live version
-        that already has its program digest. The staged archive is placed or discarded."""
-        check_model_name(name)
-        canonical = self.blobs.stage_bytes(candidate.canonical)
+    def prepare(self, path: Path, runner: ops.TorchRunner, model: str | None = None) -> Candidate:
+        """Vet an uploaded .pt2 and stage the archive this registry would serve for it."""
+        served = self.blobs.stage()
         try:
+            return prepare(path, self.settings, runner, served, model)
+        except BaseException:
+            served.discard()
+            raise
+
+    def push(self, name: str, candidate: Candidate) -> Pushed:
+        """Store a validated program as the model's next version, or return the live version
+        that already has its program digest (whose served bytes stay as they are: both were
+        written by us from proven members). The candidate's archive is placed or discarded."""
+        staged = candidate.archive
+        canonical: Staged | None = None
+        try:
+            check_model_name(name)
+            canonical = self.blobs.stage_bytes(candidate.canonical)
             if canonical.digest != candidate.digests.graph:
                 raise AssertionError("the canonical bytes do not hash to the graph digest")
             with self.db.write(blobs="shared") as conn:
@@ -140,9 +153,14 @@ class Registry:
                 if existing is None:
                     number = last + 1
                     self._insert(conn, model_id, number, staged, canonical, candidate)
-            return Pushed(version=self.version(name, str(number)), created=existing is None)
+            return Pushed(
+                version=self.version(name, str(number)),
+                created=existing is None,
+                warnings=candidate.warnings,
+            )
         finally:
-            canonical.discard()
+            if canonical is not None:
+                canonical.discard()
             staged.discard()
 
     def _lock_model(self, conn: Connection, name: str) -> tuple[int, int]:

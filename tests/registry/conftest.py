@@ -28,6 +28,7 @@ import psycopg
 import pytest
 
 from app import operations as ops
+from app.archive import open_archive
 from app.bridge import jobs
 from app.registry import Registry
 from app.settings import Settings
@@ -242,6 +243,27 @@ def variant(archive: bytes, index: int) -> bytes:
     return rewrite_member(
         archive, "data/weights/weight_0", lambda b: struct.pack("<f", float(index)) + b[4:]
     )
+
+
+def sample_inputs_of(archive: bytes, model: str = "model") -> bytes:
+    """The sample inputs member of one model of an archive (b"" for none)."""
+    with open_archive(archive) as opened:
+        return opened.reader.read_member(opened.sample_inputs[model], 1 << 30)
+
+
+def assert_served(served: bytes, uploaded: bytes, *, samples: bool = True) -> None:
+    """`served` is what the registry writes for `uploaded`: the pushed model's document bytes,
+    every tensor (name, kind, meta, bytes) and, if `samples`, the sample inputs, else none."""
+    with open_archive(served) as out, open_archive(uploaded) as up:
+        assert out.root == "archive"
+        assert out.documents == up.documents
+        assert set(out.pickled) <= (set(out.sample_inputs.values()) if samples else set())
+        tensors = [
+            {t.name: (t.kind, t.meta, t.data) for t in archive.raw_tensors()}
+            for archive in (out, up)
+        ]
+        assert tensors[0] == tensors[1]
+    assert sample_inputs_of(served) == (sample_inputs_of(uploaded) if samples else b"")
 
 
 @pytest.fixture(scope="session")

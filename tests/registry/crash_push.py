@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.bridge.report import TorchCheck
-from app.registry import Registry, prepare
+from app.registry import Registry
 from app.registry.blobs import BlobStore
 from app.settings import Settings
 
@@ -74,7 +74,7 @@ def main() -> int:
     if step == STAGED:
         _die()
     _kill_after(*STEPS[step])
-    registry.push("crashy", staged, prepare(staged.path, settings, PassingTorchCheck()))
+    registry.push("crashy", registry.prepare(staged.path, PassingTorchCheck()))
     return EXIT_NOT_KILLED
 
 

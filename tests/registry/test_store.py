@@ -20,23 +20,28 @@ from app.registry import (
     Pushed,
     Registry,
     RegistryFailure,
-    Staged,
     ValueSummary,
     VersionInfo,
-    prepare,
 )
 from app.registry.db import metadata
 from tests.programs import ZooProgram
-from tests.registry.conftest import Backend, InProcessTorch, stored_files, variant
+from tests.registry.conftest import (
+    Backend,
+    InProcessTorch,
+    assert_served,
+    stored_files,
+    variant,
+)
 
 
 def push(registry: Registry, name: str, archive: bytes, model: str | None = None) -> Pushed:
     """Stage, prepare and push an archive as the route does."""
-    staged = registry.blobs.stage()
-    staged.write(archive)
-    staged.finish()
-    candidate = prepare(staged.path, registry.settings, InProcessTorch(), model)
-    return registry.push(name, staged, candidate)
+    staged = registry.blobs.stage_bytes(archive)
+    try:
+        candidate = registry.prepare(staged.path, InProcessTorch(), model)
+    finally:
+        staged.discard()
+    return registry.push(name, candidate)
 
 
 def sha256(data: bytes) -> str:
@@ -74,7 +79,10 @@ def test_push_numbers_versions_and_dedupes(
         "blobs": sorted({conv.archive, conv.graph, lbt.archive, lbt.graph}),
         "staged": [],
     }
-    assert registry.blobs.path(conv.archive).read_bytes() == archives["conv"]
+    served = registry.blobs.path(conv.archive).read_bytes()
+    assert sha256(served) == conv.archive
+    assert first.version.archive_size == len(served)
+    assert_served(served, archives["conv"])
 
 
 def test_version_metadata(
@@ -89,9 +97,10 @@ def test_version_metadata(
         "program": canonical.digests.program,
         "graph": canonical.digests.graph,
         "weights": canonical.digests.weights,
-        "archive": sha256(archives["conv"]),
+        "archive": sha256(registry.blobs.path(info.digests.archive).read_bytes()),
     }
-    assert (info.archive_size, info.archive_model) == (len(archives["conv"]), "model")
+    size = registry.blobs.path(info.digests.archive).stat().st_size
+    assert (info.archive_size, info.archive_model) == (size, "model")
     assert info.schema_version == "8.20"
     assert (info.min_schema_version, info.readable_by) == (compat.min_version, compat.readable_by)
     assert "2.13.0" in info.readable_by
@@ -231,7 +240,7 @@ def test_invalid_program_is_refused_with_the_report(
     with failure("invalid-program") as caught:
         push(registry, "bad", bad)
     assert [(i.code, i.path) for i in caught.value.issues] == [
-        ("op-unresolved", "/graph_module/graph/nodes/1")
+        ("operator-unknown", "/graph_module/graph/nodes/1/target")
     ]
     with failure("model-not-found"):
         registry.model("bad")
@@ -289,15 +298,16 @@ def test_concurrent_pushes_get_consecutive_numbers(
     for index in range(8):
         registry = first if index % 2 else second
         staged = registry.blobs.stage_bytes(variant(archives["conv"], index + 1))
-        ready.append((registry, staged, prepare(staged.path, registry.settings, InProcessTorch())))
+        ready.append((registry, registry.prepare(staged.path, InProcessTorch())))
+        staged.discard()
     results: list[VersionInfo] = []
     errors: list[BaseException] = []
     start = threading.Barrier(len(ready))
 
-    def pusher(registry: Registry, staged: Staged, candidate: Candidate) -> None:
+    def pusher(registry: Registry, candidate: Candidate) -> None:
         start.wait()
         try:
-            results.append(registry.push("busy", staged, candidate).version)
+            results.append(registry.push("busy", candidate).version)
         except BaseException as exc:
             errors.append(exc)
 
