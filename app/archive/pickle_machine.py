@@ -155,7 +155,8 @@ def describe(value: Any) -> str:
         return f"a {value.type} object"
     if value is None or isinstance(value, bool):
         return repr(value)
-    return f"a {type(value).__name__}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 class Machine:

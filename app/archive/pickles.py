@@ -42,7 +42,15 @@ from app.archive.zipread import ZipReader
 from app.failure import Failure
 from app.settings import Settings
 
-__all__ = ["PickleRefused", "Rules", "check_torch_save", "rules", "weights_only_load"]
+__all__ = [
+    "TORCH_OPCODES",
+    "PickleRefused",
+    "Rules",
+    "check_torch_save",
+    "imports",
+    "rules",
+    "weights_only_load",
+]
 
 _MAX_PICKLE_BYTES = 64 * 1024 * 1024
 
@@ -125,13 +133,12 @@ class WeightsOnly(Policy):
     records: dict[str, int]
     storages: dict[str, Instance] = field(default_factory=dict)
     machine: Machine | None = None
+    opcodes: frozenset[str] | None = TORCH_OPCODES
 
     def refuse(self, message: str) -> PickleRefused:
         """A refusal at the machine's current opcode."""
         assert self.machine is not None
         return self.machine.refuse(message)
-
-    opcodes: frozenset[str] | None = TORCH_OPCODES
 
     def refused_opcode(self, name: str) -> str:
         """Only the opcodes torch's loader implements."""
@@ -166,7 +173,7 @@ class WeightsOnly(Policy):
             raise self.refuse(f"REDUCE calls {describe(func)}, which torch does not allow")
         entry = self.rules.entry(func.path)
         assert entry is not None  # only the allowlist makes Globals here
-        if entry["kind"] not in ("class", "function"):
+        if entry["kind"] not in ("class", "function", "tensor-type"):
             raise self.refuse(f"{func.path} is not callable")
         if type(args) not in (tuple, list):
             raise self.refuse(f"REDUCE arguments for {func.path} are {describe(args)}")
@@ -193,8 +200,14 @@ class WeightsOnly(Policy):
     def build(self, inst: Any, state: Any) -> None:
         """BUILD: torch allows it on Tensor, Parameter, OrderedDict and allowed classes."""
         kind = inst.type if isinstance(inst, Instance) else None
-        if kind in (_ORDERED_DICT, _COUNTER):
-            # no __setstate__: the instance __dict__ takes the state (and slot state)
+        if kind == _ORDERED_DICT:
+            # torch updates an OrderedDict's __dict__ with the state itself
+            if type(state) is not dict:
+                raise self.refuse(f"BUILD state for an OrderedDict is {describe(state)}")
+            self._attributes(state, kind)
+            return
+        if kind == _COUNTER:
+            # no __setstate__: __dict__ takes the state, or a (dict, slots) pair
             self._attributes(state, kind)
             return
         entry = self.rules.entry(kind) if kind else None
@@ -217,7 +230,9 @@ class WeightsOnly(Policy):
             if type(part) is not dict:
                 raise self.refuse(f"state for {owner} is {describe(part)}, not a dict")
             for key in part:
-                if type(key) is not str or not _IDENTIFIER.fullmatch(key) or key in reserved:
+                if type(key) is not str:
+                    raise self.refuse(f"state for {owner} names an attribute by {describe(key)}")
+                if not _IDENTIFIER.fullmatch(key) or key.startswith("__") or key in reserved:
                     raise self.refuse(f"state for {owner} sets attribute {key!r:.60}")
 
     def persistent(self, pid: Any) -> Any:
@@ -232,8 +247,11 @@ class WeightsOnly(Policy):
         dtype = self._storage_dtype(storage_type)
         if type(key) is not str:
             raise self.refuse(f"storage key is {describe(key)}")
-        if type(_ascii(location)) is not str or _ascii(location) not in _LOCATIONS:
-            raise self.refuse(f"storage location {_ascii(location)!r:.40} cannot be restored")
+        place = _ascii(location)
+        if type(place) is not str:
+            raise self.refuse(f"storage location is {describe(location)}")
+        if place not in _LOCATIONS:
+            raise self.refuse(f"storage location {place!r:.40} cannot be restored here")
         if type(numel) is not int or numel < 0:
             raise self.refuse("storage element count is not a non-negative int")
         if key in self.storages:
@@ -245,7 +263,9 @@ class WeightsOnly(Policy):
         if size is None:
             raise self.refuse(f"storage record data/{key:.40} is missing")
         if size != numel * itemsize:
-            raise self.refuse(f"storage record data/{key:.40} holds {size} bytes, not {numel}")
+            raise self.refuse(
+                f"storage record data/{key:.40} holds {size} bytes, not {numel * itemsize}"
+            )
         storage = Instance(_STORAGE, dtype, numel=numel)
         if numel:
             self.storages[key] = storage
