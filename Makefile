@@ -37,9 +37,11 @@ test: lint
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json
 
-# The operator registry, written from the installed torch (tests/bridge/test_opset_current.py).
+# The operator registry and the weights_only pickle rules, written from the installed torch
+# (tests/bridge/test_opset_current.py, tests/bridge/test_weights_only_current.py).
 opset: $(STAMP)
 	$(BIN)/python -m app.bridge.opset_dump app/programs/opset.json.gz
+	$(BIN)/python -m app.bridge.weights_only_dump app/archive/weights_only_globals.json
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
