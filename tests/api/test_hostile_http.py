@@ -2,10 +2,12 @@
 process and every torch worker, record their audit events: each payload is refused with its code,
 no marker file appears, and no submission causes an event the clean warm-up did not. Pushed to
 the registry, a payload also leaves nothing stored: no version, no blob, nothing staged.
+Hostile sample inputs are left out of everything served instead, with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +20,9 @@ from tests.api.conftest import SERVER_ENV, Server, stop_server, upload_leftovers
 from tests.archive.zipcraft import rezip
 from tests.fuzz.audit_hook import read_events
 from tests.fuzz.launch import start_audited_server
-from tests.hostile import HOSTILE, Hostile
+from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, Hostile, with_sample_inputs
 from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
-from tests.registry.conftest import stored_files
+from tests.registry.conftest import sample_inputs_of, stored_files
 
 #: The four operations, and a push to the registry (which validates at level torch first).
 ENDPOINTS = ("serialize", "validate", "canonicalize", "deserialize", "registry")
@@ -167,3 +169,35 @@ def test_refused_over_http_and_nothing_runs(
     if endpoint == "registry":
         missing = audited.client.get(f"/v1/models/{model}")
         assert (missing.status_code, missing.json()["code"]) == (404, "model-not-found")
+
+
+@pytest.mark.parametrize("payload", sorted(SAMPLE_INPUT_PAYLOADS))
+def test_unproven_sample_inputs_are_left_out_of_everything_served(
+    payload: str, audited: Audited, archives: dict[str, bytes], tmp_path: Path
+) -> None:
+    """Hostile sample inputs refuse nothing: every endpoint answers, the report and the push
+    warn that they were dropped, and neither the pulled archive nor deserialize's holds them."""
+    marker = tmp_path / "marker"
+    data = with_sample_inputs(archives["conv"], SAMPLE_INPUT_PAYLOADS[payload](marker))
+    model = f"dropped-{payload}"
+    marks = audited.marks()
+    answers = {endpoint: _submit(audited.client, endpoint, data, model) for endpoint in ENDPOINTS}
+    for endpoint, answer in answers.items():
+        assert answer.status_code in (200, 201), (endpoint, answer.text)
+    report = answers["validate"].json()
+    assert report["valid"] is True
+    pushed = answers["registry"].json()
+    for warnings in (report["findings"], pushed["warnings"]):
+        assert [w["severity"] for w in warnings if w["code"] == "sample-inputs-dropped"] == [
+            "warning"
+        ]
+    assert sample_inputs_of(answers["deserialize"].content) == b""
+    pulled = audited.client.get(f"/v1/models/{model}/versions/1/archive")
+    assert pulled.headers["etag"] == f'"{hashlib.sha256(pulled.content).hexdigest()}"'
+    assert pulled.headers["etag"] == f'"{pushed["digests"]["archive"]}"'
+    assert sample_inputs_of(pulled.content) == b""
+    # the workers unpickle our own job arguments, as in the clean warm-up; nothing else
+    new = audited.since(marks)
+    assert [e for e in new if e[0].startswith(NEVER) and e not in audited.baseline] == []
+    assert not marker.exists()
+    assert upload_leftovers(audited.server) == []
