@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -103,6 +103,21 @@ def _pool(settings: Settings) -> Any:
     return WorkerPool(Settings(**{**settings.__dict__, "workers": 1}))
 
 
+class _LazyPool:
+    """One torch worker, started by the first job: a request refused before it starts none."""
+
+    def __init__(self, settings: Settings, stack: ExitStack) -> None:
+        self.settings = settings
+        self.stack = stack
+        self.pool: Any = None
+
+    def submit(self, job: str, *args: object) -> object:
+        """Run a torch job in the worker, starting it first if need be."""
+        if self.pool is None:
+            self.pool = self.stack.enter_context(_pool(self.settings))
+        return self.pool.submit(job, *args)
+
+
 def _serialize(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     with _source(args, settings) as source:
@@ -136,7 +151,8 @@ def _deserialize(args: argparse.Namespace) -> int:
     fd, partial = files.temporary_beside(output)
     os.close(fd)
     try:
-        with _source(args, settings) as source, _pool(settings) as pool:
+        with _source(args, settings) as source, ExitStack() as stack:
+            pool = _LazyPool(settings, stack)
             tensors = ops.weights_from(weights, source, args.model)
             _step(args, f"building the program with torch ({len(tensors)} tensors)")
             ops.deserialize_to(source, tensors, settings, pool, partial, args.model)
@@ -175,7 +191,8 @@ def _validate(args: argparse.Namespace) -> int:
         _step(args, f"validating at level {args.level}")
         if args.level == "torch":
             weights = Path(args.weights) if args.weights else None
-            with _pool(settings) as pool:
+            with ExitStack() as stack:
+                pool = _LazyPool(settings, stack)
                 report = ops.validate(source, args.level, settings, pool, args.model, weights)
         else:
             report = ops.validate(source, args.level, settings, None, args.model)
@@ -268,10 +285,11 @@ def _render_view(view: str, data: dict[str, Any]) -> str:
         for i, part in enumerate(data["partitions"]):
             lines.append(f"  #{i}: {len(part['nodes'])} nodes: {', '.join(part['nodes'][:8])}")
     elif view == "operators":
-        total = data["total"]
+        total, main = data["total"], data["graph"]["nodes"]
+        nested = f", {total['nodes']} with its subgraphs" if total["nodes"] != main else ""
         lines.append(
-            f"{total['nodes']} call nodes ({data['torch_nodes']} in torch's graph, which also "
-            "counts placeholders, subgraph get_attrs and the output)"
+            f"{main} call nodes in the graph{nested} ({data['nodes_with_io']} with placeholders, "
+            "get_attrs and the output, as torch counts them)"
         )
         ranked = sorted(total["by_target"].items(), key=lambda kv: -kv[1])
         lines += [f"  {count:6}  {target}" for target, count in ranked]

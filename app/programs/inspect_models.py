@@ -157,10 +157,10 @@ class OperatorStats(_View):
     total: OperatorCounts
     custom_namespaces: list[str]
     providers: dict[str, str]
-    #: The main graph's nodes as torch counts them (``len(ep.graph.nodes)``): its call nodes,
-    #: which a document holds, plus a placeholder per input, a get_attr per subgraph and the
-    #: output, which it does not.
-    torch_nodes: int = 0
+    #: The main graph's nodes counted as torch's ``len(ep.graph.nodes)`` does: the call nodes a
+    #: document holds, plus a placeholder per input, a get_attr per subgraph and the output,
+    #: which it does not (torch also adds a getitem per output of a cond or map it loads).
+    nodes_with_io: int = 0
 
 
 # ---------------------------------------------------------------- weights

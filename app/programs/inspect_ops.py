@@ -83,5 +83,5 @@ def operators(doc: ExportedProgram) -> OperatorStats:
         total=total,
         custom_namespaces=custom,
         providers={ns: PROVIDERS[ns] for ns in custom if ns in PROVIDERS},
-        torch_nodes=placeholders + len(graph.nodes) + get_attrs + 1,
+        nodes_with_io=placeholders + len(graph.nodes) + get_attrs + 1,
     )
