@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import catalogue, docs, health, problems, programs, registry, schemas
+from app.api import catalogue, docs, health, problems, programs, registry, schemas, ui, views
 from app.api.deps import LazyPool
 from app.settings import Settings
 
@@ -39,6 +39,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(programs.router)
     app.include_router(registry.router)
     app.include_router(catalogue.router)
+    app.include_router(views.router)
+    app.include_router(ui.router)
     docs.install(app)
     return app
 

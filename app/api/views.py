@@ -1,0 +1,128 @@
+"""Views of programs for people and the web UI: the graph grouped by module, and the inspection
+and validation views of a stored version, read from the registry without uploading it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from app import operations as ops
+from app.api.deps import SettingsDep, UploadDep
+from app.api.docs import READ_PROBLEMS, request_body
+from app.api.problems import ServiceError, problem_responses
+from app.api.registry import RegistryDep
+from app.programs.graph_view import ProgramGraph, SymbolRange, program_graph, symbol_ranges
+from app.programs.validation import Report
+
+router = APIRouter(prefix="/v1", tags=["views"])
+
+_JSON = "application/json"
+_GRAPH_PROBLEMS = ("bad-module-stack", "module-too-deep")
+_VERSION_PROBLEMS = (
+    "invalid-name",
+    "model-not-found",
+    "registry-unavailable",
+    "request-invalid",
+    "version-not-found",
+    "alias-not-found",
+    "version-deleted",
+)
+_GRAPH_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"model": ProgramGraph, "description": "The graph, nodes as columns"}
+}
+
+
+def _graph_response(source: ops.Source, settings: SettingsDep, model: str | None) -> Response:
+    document = ops.read_document(source, model, settings)
+    # Built and dumped in one go: response_model would validate 50,000-entry columns again.
+    return Response(program_graph(document.doc).model_dump_json(), media_type=_JSON)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/graph",
+    response_class=Response,
+    responses={**_GRAPH_DOC, **problem_responses(*_VERSION_PROBLEMS, *_GRAPH_PROBLEMS)},
+)
+def version_graph(name: str, ref: str, registry: RegistryDep, settings: SettingsDep) -> Response:
+    """A stored version's graph: its module tree, every node (subgraphs' too) with operator,
+    module and first output's dtype and shape, its graphs and its symbols' ranges."""
+    with registry.source(name, ref) as (info, source):
+        return _graph_response(source, settings, info.archive_model)
+
+
+@router.post(
+    "/graph",
+    response_class=Response,
+    openapi_extra=request_body("file"),
+    responses={**_GRAPH_DOC, **problem_responses(*READ_PROBLEMS, *_GRAPH_PROBLEMS)},
+)
+def graph(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> Response:
+    """An archive's or a document's graph, as `GET /v1/models/{name}/versions/{ref}/graph`."""
+    part = upload.one("file", "document")
+    if part.media not in ("zip", "json"):
+        raise ServiceError("unsupported-media-type", "send a .pt2 archive or a JSON document")
+    with ops.open_source(part.path, "zip" if part.media == "zip" else "json", settings) as source:
+        return _graph_response(source, settings, model)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/inspect",
+    response_model=dict[str, object],
+    responses=problem_responses(
+        *_VERSION_PROBLEMS,
+        *_GRAPH_PROBLEMS,
+        "invalid-depth",
+        "invalid-stage-count",
+        "supported-missing",
+    ),
+)
+def version_inspect(
+    name: str,
+    ref: str,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    view: ops.View = "modules",
+    depth: Annotated[int, Query(ge=0, le=1000)] = 1,
+    stages: Annotated[int, Query(ge=1, le=10_000)] = 2,
+    by: Literal["param_bytes", "nodes"] = "param_bytes",
+    supported: Annotated[list[str] | None, Query()] = None,
+    allow_single_node: bool = False,
+) -> dict[str, object]:
+    """A stored version through one view of `POST /v1/inspect` (same parameters)."""
+    request = ops.InspectRequest(view, depth, stages, by, tuple(supported or ()), allow_single_node)
+    with registry.source(name, ref) as (info, source):
+        result = ops.inspect(source, settings, request, info.archive_model)
+    return {"view": view, **result.model_dump(mode="json")}
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/validate",
+    response_model=Report,
+    responses=problem_responses(*_VERSION_PROBLEMS),
+)
+def version_validate(
+    name: str,
+    ref: str,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    level: Literal["schema", "semantic"] = "semantic",
+) -> Report:
+    """A stored version's validation report at level schema or semantic (every version passed
+    level torch when it was pushed)."""
+    with registry.source(name, ref) as (info, source):
+        return ops.validate(source, level, settings, None, info.archive_model)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/ranges",
+    response_model=list[SymbolRange],
+    responses=problem_responses(*_VERSION_PROBLEMS),
+)
+def version_ranges(
+    name: str, ref: str, registry: RegistryDep, settings: SettingsDep
+) -> list[SymbolRange]:
+    """The ranges of a stored version's shape symbols (the dynamic dimensions of its inputs)."""
+    with registry.source(name, ref) as (info, source):
+        return symbol_ranges(ops.read_document(source, info.archive_model, settings).doc)

@@ -1,0 +1,105 @@
+// Building the page without innerHTML: every string from a document becomes a text node or an
+// attribute value set through the DOM, so it is never parsed as markup.
+
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  if (props) {
+    for (const [key, value] of Object.entries(props)) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") el.className = value;
+      else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+      else if (key === "dataset") Object.assign(el.dataset, value);
+      else el.setAttribute(key, value === true ? "" : String(value));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+export function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+export function clear(el) {
+  while (el.firstChild) el.removeChild(el.firstChild);
+  return el;
+}
+
+export function table(headers, rows, props = {}) {
+  return h(
+    "table",
+    props,
+    h("thead", null, h("tr", null, headers.map((x) => h("th", null, x)))),
+    h("tbody", null, rows.map((row) => (row instanceof Node ? row : h("tr", null, row.map((c) => h("td", null, c)))))),
+  );
+}
+
+export function section(title, ...children) {
+  return h("section", null, h("h2", null, title), ...children);
+}
+
+export function link(href, text) {
+  return h("a", { href }, text);
+}
+
+export function errorBox(err) {
+  const problem = err && err.problem;
+  return h(
+    "div",
+    { class: "error", role: "alert" },
+    h("strong", null, problem ? `${problem.status} ${problem.title}` : "Error"),
+    " ",
+    problem ? problem.detail || "" : String(err && err.message ? err.message : err),
+    problem && problem.errors && problem.errors.length
+      ? h("ul", null, problem.errors.slice(0, 20).map((e) => h("li", null, `${e.path || "/"}: ${e.message}`)))
+      : null,
+  );
+}
+
+export function bytes(n) {
+  if (n === null || n === undefined) return "?";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return i === 0 ? `${v} B` : `${v.toFixed(v < 10 ? 2 : 1)} ${units[i]}`;
+}
+
+export function count(n) {
+  if (n === null || n === undefined) return "?";
+  if (n < 1000) return String(n);
+  if (n < 1e6) return `${(n / 1e3).toFixed(n < 1e4 ? 2 : 1)}k`;
+  if (n < 1e9) return `${(n / 1e6).toFixed(n < 1e7 ? 2 : 1)}M`;
+  return `${(n / 1e9).toFixed(2)}G`;
+}
+
+export function shortOp(target) {
+  return target.startsWith("torch.ops.") ? target.slice(10) : target;
+}
+
+export function shortType(type) {
+  if (!type) return "";
+  const dot = type.lastIndexOf(".");
+  return dot >= 0 ? type.slice(dot + 1) : type;
+}
+
+export function date(text) {
+  return text ? text.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", " UTC") : "";
+}
+
+export function digest(text) {
+  return h("code", { class: "digest", title: text }, text);
+}
+
+export function shape(value) {
+  if (!value.shape) return value.kind;
+  return `${value.dtype || "?"}[${value.shape.join(", ")}]`;
+}

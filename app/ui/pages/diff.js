@@ -1,0 +1,177 @@
+// What changed between two versions (or two uploaded files): verdict, interface, weights, and
+// both graphs with added, removed and changed nodes marked, expanded only where they changed.
+
+import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
+import { clear, errorBox, h, link, section, shortOp, table } from "../dom.js";
+import { graphViewer } from "./graph.js";
+
+function starts(graph) {
+  const start = new Int32Array(graph.graphs.length).fill(-1);
+  const g = graph.nodes.graph;
+  for (let i = g.length - 1; i >= 0; i -= 1) start[g[i]] = i;
+  return start;
+}
+
+function subgraphOf(graph, node, name) {
+  for (let k = 0; k < graph.graphs.length; k += 1) {
+    if (graph.graphs[k].node === node && graph.graphs[k].name === name) return k;
+  }
+  return -1;
+}
+
+// Node ids to mark on each side, from a GraphDiff and the graph ids it is about.
+function collectMarks(diff, oldGraph, newGraph, oldId, newId, marks) {
+  const at = (graph, start, k, position) => (k >= 0 && start[k] >= 0 ? start[k] + position : -1);
+  for (const ref of diff.added) {
+    const id = at(newGraph, marks.newStart, newId, ref.position);
+    if (id >= 0) marks.new.set(id, "added");
+  }
+  for (const ref of diff.removed) {
+    const id = at(oldGraph, marks.oldStart, oldId, ref.position);
+    if (id >= 0) marks.old.set(id, "removed");
+  }
+  for (const change of diff.changed) {
+    const o = at(oldGraph, marks.oldStart, oldId, change.old.position);
+    const n = at(newGraph, marks.newStart, newId, change.new.position);
+    if (o >= 0) marks.old.set(o, "changed");
+    if (n >= 0) marks.new.set(n, "changed");
+    for (const sub of change.subgraphs) {
+      collectMarks(sub, oldGraph, newGraph, subgraphOf(oldGraph, o, sub.name), subgraphOf(newGraph, n, sub.name), marks);
+    }
+  }
+}
+
+function weightRows(diff) {
+  const all = [...diff.parameters, ...diff.buffers, ...diff.constants];
+  return all.map((w) => [
+    w.name,
+    w.kind,
+    w.changes.join(", "),
+    w.old_dtype || w.old_shape ? `${w.old_dtype || ""}${w.old_shape ? `[${w.old_shape.join(", ")}]` : ""}` : "-",
+    w.new_dtype || w.new_shape ? `${w.new_dtype || ""}${w.new_shape ? `[${w.new_shape.join(", ")}]` : ""}` : "-",
+    w.stats ? `${w.stats.differing} of ${w.stats.numel} differ, max |Δ| ${w.stats.max_abs_diff}` : w.note || "",
+  ]);
+}
+
+function nodeRows(graphDiff) {
+  const rows = [];
+  for (const r of graphDiff.added) rows.push(h("tr", { class: "mark-added" }, h("td", null, "added"), h("td", null, shortOp(r.target)), h("td", null, r.outputs.join(", ")), h("td", null, "")));
+  for (const r of graphDiff.removed) rows.push(h("tr", { class: "mark-removed" }, h("td", null, "removed"), h("td", null, shortOp(r.target)), h("td", null, r.outputs.join(", ")), h("td", null, "")));
+  for (const c of graphDiff.changed) {
+    const what = [
+      c.target_changed ? `operator ${shortOp(c.old.target)} → ${shortOp(c.new.target)}` : "",
+      ...c.arguments.map((a) => `${a.name}: ${a.old ?? "-"} → ${a.new ?? "-"}`),
+      ...c.outputs.map((o) => `output ${o.position}: ${o.old ?? "-"} → ${o.new ?? "-"}`),
+      c.subgraphs.length ? `subgraphs ${c.subgraphs.map((s) => s.name).join(", ")}` : "",
+    ].filter(Boolean);
+    rows.push(h("tr", { class: "mark-changed" }, h("td", null, "changed"), h("td", null, shortOp(c.new.target)), h("td", null, c.new.outputs.join(", ")), h("td", null, what.join("; "))));
+  }
+  return rows;
+}
+
+export function renderDiff(main, diff, oldGraph, newGraph, labels) {
+  const s = diff.summary;
+  const c = s.counts;
+  main.append(
+    h("div", { class: `verdict verdict-${s.verdict}`, id: "verdict" }, h("strong", null, s.verdict), " ", s.text),
+    h("p", null, `nodes: ${diff.graph.old_nodes} → ${diff.graph.new_nodes} (${c.nodes_added} added, ${c.nodes_removed} removed, ${c.nodes_changed} changed, ${c.nodes_unchanged} unchanged)`),
+  );
+  if (diff.interface.length) {
+    main.append(
+      section(
+        "Interface changes",
+        table(
+          ["side", "change", "name", "old", "new", "breaking", "detail"],
+          diff.interface.map((i) => h("tr", { class: i.breaking ? "breaking" : "" }, [i.side, i.change, i.name, i.old ?? "-", i.new ?? "-", i.breaking ? "yes" : "", i.detail].map((x) => h("td", null, x)))),
+          { id: "interface" },
+        ),
+      ),
+    );
+  }
+  const weights = weightRows(diff);
+  main.append(
+    section(
+      "Weight changes",
+      weights.length
+        ? table(["name", "kind", "changes", "old", "new", "values"], weights, { id: "weight-changes" })
+        : h("p", { class: "muted" }, s.weights_compared ? "No weight changed." : "No weight changed in name, dtype or shape (values not compared)."),
+    ),
+  );
+  const more = [];
+  if (diff.modules.length) more.push(h("h3", null, "Modules"), table(["path", "change", "old", "new"], diff.modules.map((m) => [m.path || "<root>", m.change, m.old_type || "-", m.new_type || "-"])));
+  if (diff.range_constraints.length) more.push(h("h3", null, "Dynamic ranges"), table(["symbol", "change", "old", "new"], diff.range_constraints.map((r) => [r.symbol, r.change, r.old ?? "-", r.new ?? "-"])));
+  if (diff.fields.length) more.push(h("h3", null, "Program fields"), table(["field", "old", "new"], diff.fields.map((f) => [f.field, f.old, f.new])));
+  if (diff.opsets.length) more.push(h("h3", null, "Operator sets"), table(["namespace", "old", "new"], diff.opsets.map((o) => [o.namespace, o.old ?? "-", o.new ?? "-"])));
+  if (diff.notes.length) more.push(h("h3", null, "Notes"), h("ul", null, diff.notes.map((n) => h("li", null, n))));
+  if (more.length) main.append(section("Other changes", ...more));
+  const nodes = nodeRows(diff.graph);
+  if (nodes.length) main.append(section("Node changes", table(["", "operator", "values", "what"], nodes, { id: "node-changes" })));
+
+  const marks = { old: new Map(), new: new Map(), oldStart: starts(oldGraph), newStart: starts(newGraph) };
+  collectMarks(diff.graph, oldGraph, newGraph, 0, 0, marks);
+  const left = graphViewer(oldGraph, { marks: marks.old, name: labels[0], search: false });
+  const right = graphViewer(newGraph, { marks: marks.new, name: labels[1], search: false });
+  main.append(
+    section(
+      "Graphs",
+      h("p", { class: "legend" }, h("span", { class: "mark-added" }, "added"), h("span", { class: "mark-removed" }, "removed"), h("span", { class: "mark-changed" }, "changed"), " modules open where something changed"),
+      h("div", { class: "sides" }, h("div", { id: "old-graph" }, h("h3", null, labels[0]), left.el), h("div", { id: "new-graph" }, h("h3", null, labels[1]), right.el)),
+    ),
+  );
+  left.outline.revealMarks();
+  right.outline.revealMarks();
+}
+
+export async function diffPage(main, [name], query) {
+  const from = query.get("from");
+  const to = query.get("to");
+  document.title = `${name} ${from} → ${to} · pt2serde`;
+  const ui = `/ui/models/${enc(name)}`;
+  main.append(
+    h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / changes"),
+    h("h1", null, `${name}: v${from} → v${to}`),
+  );
+  if (!from || !to) {
+    main.append(h("p", null, "Name two versions: ?from=1&to=2"));
+    return;
+  }
+  const [diff, oldGraph, newGraph] = await Promise.all([
+    getJSON(`${versionPath(name, to)}/diff?against=${enc(from)}`),
+    getJSON(`${versionPath(name, from)}/graph`),
+    getJSON(`${versionPath(name, to)}/graph`),
+  ]);
+  renderDiff(main, diff, oldGraph, newGraph, [`v${from}`, `v${to}`]);
+}
+
+export async function filesDiffPage(main) {
+  document.title = "Compare two files · pt2serde";
+  const oldFile = h("input", { type: "file", id: "old-file", accept: ".pt2,.json,application/zip,application/json" });
+  const newFile = h("input", { type: "file", id: "new-file", accept: ".pt2,.json,application/zip,application/json" });
+  const out = h("div", { id: "result" });
+  const go = async () => {
+    clear(out);
+    const [a, b] = [oldFile.files[0], newFile.files[0]];
+    if (!a || !b) return;
+    out.append(h("p", { class: "muted" }, "Comparing…"));
+    try {
+      const [diff, oldGraph, newGraph] = await Promise.all([
+        postJSONFiles("/v1/diff", { old: a, new: b }),
+        postFiles("/v1/graph", { file: a }).then((r) => r.json()),
+        postFiles("/v1/graph", { file: b }).then((r) => r.json()),
+      ]);
+      clear(out);
+      renderDiff(out, diff, oldGraph, newGraph, [a.name, b.name]);
+    } catch (err) {
+      clear(out).append(errorBox(err));
+    }
+    document.body.dataset.done = "1";
+  };
+  oldFile.addEventListener("change", go);
+  newFile.addEventListener("change", go);
+  main.append(
+    h("h1", null, "Compare two files"),
+    h("p", null, "Two .pt2 archives or JSON documents; nothing is stored."),
+    h("p", null, h("label", null, "old ", oldFile), " ", h("label", null, "new ", newFile)),
+    out,
+  );
+}

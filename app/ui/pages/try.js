@@ -1,0 +1,77 @@
+// Try a file: validate, hash and inspect a .pt2 or a document without pushing it.
+
+import { postFiles, postJSONFiles } from "../api.js";
+import { clear, digest, errorBox, h, section, table } from "../dom.js";
+import { graphFacts, graphViewer } from "./graph.js";
+import { findingsTable, operatorsTable, weightsTable } from "./version.js";
+
+export async function tryPage(main) {
+  document.title = "Try a file · pt2serde";
+  const input = h("input", { type: "file", id: "file", accept: ".pt2,.json,application/zip,application/json" });
+  const level = h(
+    "select",
+    { id: "level" },
+    ["semantic", "schema", "torch"].map((l) => h("option", { value: l }, l)),
+  );
+  const drop = h("div", { class: "drop", id: "drop" }, "Drop a .pt2 or a JSON document here, or ", input, " · validation level ", level);
+  const out = h("div", { id: "result" });
+  const run = async (file) => {
+    clear(out).append(h("p", { class: "muted" }, `Reading ${file.name}…`));
+    performance.mark("try-start");
+    try {
+      const zip = file.name.endsWith(".pt2") || file.type === "application/zip";
+      const [report, canonical, graph, operators, weights] = await Promise.all([
+        postJSONFiles(`/v1/validate?level=${level.value}`, { file }),
+        postFiles("/v1/canonicalize", { file }),
+        postFiles("/v1/graph", { file }).then((r) => r.json()),
+        postJSONFiles("/v1/inspect?view=operators", { file }),
+        zip ? postJSONFiles("/v1/inspect?view=weights", { file }) : null,
+      ]);
+      performance.mark("graph-data");
+      const headers = canonical.headers;
+      clear(out).append(
+        h("h2", null, file.name),
+        section(
+          "Digests",
+          table(
+            ["", ""],
+            [
+              ["program", digest(headers.get("x-program-digest"))],
+              ["graph", digest(headers.get("x-graph-digest"))],
+              ["weights", digest(headers.get("x-weights-digest"))],
+            ],
+            { id: "digests", class: "kv" },
+          ),
+        ),
+        section(
+          "Validation",
+          h("p", { id: "valid" }, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; schema ${report.min_schema_version} or newer, torch ${report.oldest_torch_release} or newer`),
+          findingsTable(report.findings),
+        ),
+      );
+      const viewer = graphViewer(graph, { name: file.name });
+      out.append(section("Graph", h("p", { class: "muted", id: "facts" }, graphFacts(graph)), viewer.el));
+      viewer.outline.render();
+      await new Promise((resolve) => requestAnimationFrame(() => resolve()));
+      performance.mark("graph-first-view");
+      out.append(section("Operators", operatorsTable(operators)));
+      if (weights) out.append(section("Weights", weightsTable(weights)));
+    } catch (err) {
+      clear(out).append(errorBox(err));
+    }
+    document.body.dataset.done = "1";
+  };
+  input.addEventListener("change", () => input.files[0] && run(input.files[0]));
+  drop.addEventListener("dragover", (event) => {
+    event.preventDefault();
+    drop.classList.add("over");
+  });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (event) => {
+    event.preventDefault();
+    drop.classList.remove("over");
+    const file = event.dataTransfer.files[0];
+    if (file) run(file);
+  });
+  main.append(h("h1", null, "Try a file"), h("p", null, "Validate, hash and inspect a program without pushing it: nothing is stored."), drop, out);
+}

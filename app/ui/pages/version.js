@@ -1,0 +1,129 @@
+// One version: summary, interface, weights, operators, validation findings, downloads.
+
+import { enc, getJSON, versionPath } from "../api.js";
+import { bytes, count, date, digest, h, link, section, shape, shortOp, table } from "../dom.js";
+
+export function findingsTable(findings) {
+  if (!findings.length) return h("p", { class: "ok" }, "No findings.");
+  return table(
+    ["severity", "code", "path", "message"],
+    findings.map((f) => h("tr", { class: `sev-${f.severity}` }, h("td", null, f.severity), h("td", null, f.code), h("td", null, h("code", null, f.path || "/")), h("td", null, f.message))),
+    { class: "findings" },
+  );
+}
+
+export function interfaceTables(summary, ranges) {
+  const rows = (values) => values.map((v) => [v.name, v.kind, shape(v)]);
+  return [
+    h("h3", null, "Inputs"),
+    table(["name", "kind", "dtype and shape"], rows(summary.inputs), { id: "inputs" }),
+    h("h3", null, "Outputs"),
+    table(["name", "kind", "dtype and shape"], rows(summary.outputs), { id: "outputs" }),
+    h("h3", null, "Dynamic dimensions"),
+    ranges.length
+      ? table(["symbol", "min", "max"], ranges.map((r) => [r.symbol, r.min ?? "-∞", r.max ?? "∞"]), { id: "ranges" })
+      : h("p", { class: "muted" }, "All shapes are static."),
+  ];
+}
+
+export function weightsTable(weights) {
+  const quant = new Map();
+  for (const q of weights.quantized) {
+    const w = q.input.weight;
+    if (w) quant.set(w, `${q.op} ${q.scheme}${q.dtype ? ` ${q.dtype}` : ""}`);
+    for (const ref of Object.values(q.tensors)) if (ref.weight) quant.set(ref.weight, `${q.scheme} ${q.op} parameter`);
+  }
+  return [
+    h("p", null, `${weights.total.count} tensors, ${count(weights.total.numel)} elements, ${bytes(weights.total.nbytes)}`),
+    table(
+      ["name", "kind", "dtype", "shape", "bytes", "quantization"],
+      weights.tensors.map((w) => [
+        w.name,
+        w.kind + (w.persistent ? "" : " (non-persistent)"),
+        w.dtype || "?",
+        w.shape ? `[${w.shape.join(", ")}]` : "?",
+        w.nbytes === null ? "?" : bytes(w.nbytes),
+        quant.get(w.name) || "",
+      ]),
+      { id: "weights" },
+    ),
+  ];
+}
+
+export function operatorsTable(ops) {
+  const entries = Object.entries(ops.total.by_target).sort((a, b) => b[1] - a[1]);
+  return [
+    h("p", null, `${ops.total.nodes} nodes, ${entries.length} operators` + (ops.custom_namespaces.length ? `; custom namespaces: ${ops.custom_namespaces.join(", ")}` : "")),
+    table(["operator", "nodes"], entries.map(([t, n]) => [h("code", null, shortOp(t)), String(n)]), { id: "operators" }),
+  ];
+}
+
+export async function versionPage(main, [name, ref]) {
+  document.title = `${name} ${ref} · pt2serde`;
+  const base = versionPath(name, ref);
+  const info = await getJSON(base);
+  const live = !info.deleted_at;
+  const [ranges, modules, weights, operators, report] = live
+    ? await Promise.all([
+        getJSON(`${base}/ranges`),
+        getJSON(`${base}/inspect?view=modules`),
+        getJSON(`${base}/inspect?view=weights`),
+        getJSON(`${base}/inspect?view=operators`),
+        getJSON(`${base}/validate?level=semantic`),
+      ])
+    : [[], null, null, null, null];
+  const v = info.version;
+  const ui = `/ui/models/${enc(name)}`;
+  main.append(
+    h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / ", `v${v}`),
+    h("h1", null, `${name} v${v}`),
+    h(
+      "p",
+      null,
+      info.aliases.map((a) => h("span", { class: "alias" }, a)),
+      Object.entries(info.tags).map(([k, t]) => h("span", { class: "tag" }, `${k}=${t}`)),
+      ` created ${date(info.created_at)}`,
+    ),
+    info.deleted_at ? h("div", { class: "error" }, `Deleted ${date(info.deleted_at)}: ${info.deleted_reason || ""}`) : null,
+    live
+      ? h(
+          "p",
+          { class: "actions" },
+          h("a", { class: "button", href: `${ui}/versions/${v}/graph`, id: "open-graph" }, "Graph"),
+          v > 1 ? h("a", { class: "button", href: `${ui}/diff?from=${v - 1}&to=${v}` }, `Changes since v${v - 1}`) : null,
+          h("a", { class: "button", href: `${base}/archive`, download: `${name}-v${v}.pt2` }, "Download .pt2"),
+          h("a", { class: "button", href: `${base}/document` }, "Document (JSON)"),
+          h("a", { class: "button", href: `${base}/canonical` }, "Canonical form"),
+        )
+      : null,
+  );
+  const root = modules ? modules.modules[0] : null;
+  main.append(
+    section(
+      "Summary",
+      table(
+        ["", ""],
+        [
+          ["nodes", String(info.summary.nodes)],
+          ["parameters", `${count(info.summary.parameter_count)} (${info.summary.parameters} tensors${root ? `, ${bytes(root.total_parameters.nbytes)}` : ""})`],
+          ["buffers / constants", `${info.summary.buffers} / ${info.summary.constants}`],
+          ["schema version", `${info.schema_version} (needs ${info.min_schema_version} or newer)`],
+          ["readable by torch", info.readable_by.join(", ")],
+          ["archive", `${bytes(info.archive_size)} (model "${info.archive_model}")`],
+          ["program digest", digest(info.digests.program)],
+          ["graph digest", digest(info.digests.graph)],
+          ["weights digest", digest(info.digests.weights)],
+          ["archive digest", digest(info.digests.archive)],
+        ],
+        { id: "summary", class: "kv" },
+      ),
+    ),
+    section("Interface", interfaceTables(info.summary, ranges)),
+  );
+  if (!live) return;
+  main.append(
+    section("Validation", h("p", null, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; pushed at level torch.`), findingsTable(report.findings)),
+    section("Weights", weightsTable(weights)),
+    section("Operators", operatorsTable(operators)),
+  );
+}

@@ -1,0 +1,406 @@
+"""The web UI in a real browser: Debian's Chromium driven by Playwright, against the live server
+with a registry holding real exported programs (a tiny BERT, a model with torch.cond, and two
+versions of a small model that differ by one added layer).
+
+Every page is loaded and checked for console errors; screenshots go to tests/ui/screenshots/.
+The 50,000-node timing runs the graph page on a graph answer of that size (a real BERT's graph
+repeated), so that it measures the browser: the server's time to build that answer is
+`make bench`'s business.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from torch import nn
+
+from tests.api.conftest import Server, start_server, stop_server
+from tests.programs import archive_bytes, build_program
+
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = Path(__file__).parent / "screenshots"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: The issue's targets on this 2-core machine, and the bound the test holds them to (3x: the
+#: machine is shared with other jobs while the suite runs).
+FIRST_VIEW_MS = 2000
+EXPAND_MS = 200
+SLACK = 3
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+class Small(nn.Module):
+    """Two linear layers; with `extra`, a third (and its activation) between them."""
+
+    def __init__(self, extra: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = nn.Linear(8, 16)
+        self.extra = nn.Sequential(nn.Linear(16, 16), nn.ReLU()) if extra else None
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """fc1, relu, [extra], fc2."""
+        y = torch.relu(self.fc1(x))
+        if self.extra is not None:
+            y = self.extra(y)
+        return self.fc2(y)
+
+
+def _small(extra: bool) -> bytes:
+    ep = torch.export.export(Small(extra).eval(), (torch.randn(2, 8),), strict=False)
+    return archive_bytes(ep)
+
+
+def _bert() -> bytes:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    model = transformers.BertModel(config).eval()
+    # input_ids alone: the attention mask's `add(Tensor, int)` is refused by semantic validation
+    # at the time of writing, which another change is about.
+    return archive_bytes(torch.export.export(model, (), {"input_ids": ids}, strict=False))
+
+
+def _push(client: httpx.Client, name: str, data: bytes) -> None:
+    answer = client.post(
+        f"/v1/models/{name}/versions", content=data, headers={"Content-Type": "application/zip"}
+    )
+    assert answer.status_code == 201, answer.text
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """The service with a registry (SQLite in a temporary directory) of pushed programs."""
+    running = start_server({"PT2SERDE_HTTP_WORKERS": "1", "PT2SERDE_WORKERS": "1"})
+    try:
+        with running.client() as client:
+            _push(client, "small", _small(extra=False))
+            _push(client, "small", _small(extra=True))
+            _push(client, "bert", _bert())
+            _push(client, "cond", archive_bytes(build_program("cond").ep))
+            assert client.put("/v1/models/small/aliases/champion", json={"version": 2}).is_success
+            tag = client.put("/v1/models/bert/versions/1/tags/owner", json={"value": "nlp"})
+            assert tag.is_success
+        yield running
+    finally:
+        stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium (no browser download)."""
+    SHOTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Page:
+    """A browser page that records console errors and uncaught exceptions."""
+
+    def __init__(self, browser: Any, server: Server) -> None:
+        self.page = browser.new_page(viewport={"width": 1400, "height": 900})
+        self.url = server.url
+        self.errors: list[str] = []
+        self.page.on(
+            "console", lambda m: self.errors.append(m.text) if m.type == "error" else None
+        )
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, path: str) -> Any:
+        """Load a page and wait until it has drawn itself."""
+        self.page.goto(self.url + path)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+        return self.page
+
+    def shot(self, name: str) -> None:
+        """Save a screenshot of the whole page."""
+        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+
+    def close(self) -> None:
+        """Close the page, failing on any console error it logged."""
+        self.page.close()
+        assert self.errors == []
+
+
+@pytest.fixture
+def page(browser: Any, server: Server) -> Iterator[Page]:
+    """A fresh page; the test fails if the page logged an error."""
+    opened = Page(browser, server)
+    yield opened
+    opened.close()
+
+
+def _graph(server: Server, name: str, ref: str) -> dict[str, Any]:
+    answer = httpx.get(f"{server.url}/v1/models/{name}/versions/{ref}/graph", timeout=60)
+    assert answer.status_code == 200, answer.text
+    graph: dict[str, Any] = answer.json()
+    return graph
+
+
+def test_csp_and_assets(server: Server) -> None:
+    """Every UI answer forbids inline script; only the UI's own files are served."""
+    shell = httpx.get(f"{server.url}/ui/models/x/versions/1/graph")
+    assert shell.status_code == 200
+    policy = shell.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    script = httpx.get(f"{server.url}/ui/static/outline.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "content-security-policy" in script.headers
+    assert httpx.get(f"{server.url}/ui/static/..%2F..%2Fapi%2Fui.py").status_code == 404
+    assert httpx.get(f"{server.url}/ui/static/nothing.js").status_code == 404
+    assert httpx.get(f"{server.url}/ui/static/index.html").status_code == 404
+
+
+def test_models_list(page: Page) -> None:
+    """The list shows every pushed model with its latest version, aliases and tags."""
+    p = page.open("/ui/")
+    names = p.locator("#models tbody tr").evaluate_all("rows => rows.map(r => r.dataset.model)")
+    assert names == ["bert", "cond", "small"]
+    small = p.locator("tr[data-model='small']")
+    assert "v2" in small.inner_text() and "champion→v2" in small.inner_text()
+    assert "owner=nlp" in p.locator("tr[data-model='bert']").inner_text()
+    p.fill("#filter", "nlp")
+    assert p.locator("#models tbody tr:visible").count() == 1
+    p.fill("#filter", "")
+    page.shot("models")
+    page.open("/ui/models/small")
+    assert page.page.locator("#versions tbody tr").count() == 2
+    page.shot("model")
+
+
+def test_version_page(page: Page) -> None:
+    """Summary, interface, weights, operators and findings of a version."""
+    p = page.open("/ui/models/bert/versions/1")
+    summary = p.locator("#summary").inner_text()
+    assert "readable by torch" in summary and "2.13.0" in summary
+    assert p.locator("#inputs tbody tr").count() == 1
+    assert "input_ids" in p.locator("#inputs").inner_text()
+    assert "[2, 8]" in p.locator("#inputs").inner_text()
+    assert "embeddings.word_embeddings.weight" in p.locator("#weights").inner_text()
+    assert "aten.linear.default" in p.locator("#operators").inner_text()
+    assert p.locator("a[download]").get_attribute("href") == "/v1/models/bert/versions/1/archive"
+    page.shot("version")
+
+
+def test_graph_of_a_transformer(page: Page, server: Server) -> None:
+    """The BERT's modules start collapsed, one expands on click, search finds an operator."""
+    p = page.open("/ui/models/bert/versions/1/graph")
+    top = p.locator(".outline .row.module").evaluate_all("rows => rows.map(r => r.dataset.path)")
+    assert top == ["", "embeddings", "encoder", "pooler"]
+    p.click(".outline .row[data-path='encoder']")
+    assert p.locator(".outline .row[data-path='encoder.layer']").count() == 1
+    assert p.locator(".outline .row[data-path='encoder.layer.0']").count() == 0
+    p.click(".outline .row[data-path='encoder.layer']")
+    p.click(".outline .row[data-path='encoder.layer.1']")
+    assert p.locator(".outline .row[data-path='encoder.layer.1.attention']").count() == 1
+    p.fill("input.search", "tanh")
+    p.press("input.search", "Enter")
+    selected = p.locator(".outline .row.node.selected")
+    assert "aten.tanh" in selected.inner_text()
+    graph = _graph(server, "bert", "1")
+    tanh = graph["nodes"]["target"].index("torch.ops.aten.tanh.default")
+    assert selected.get_attribute("data-name") == graph["nodes"]["name"][tanh]
+    assert "pooler.activation" in p.locator(".panel").inner_text()
+    page.shot("graph")
+
+
+def test_subgraphs_reachable(page: Page) -> None:
+    """A cond node links to its branches' subgraphs."""
+    p = page.open("/ui/models/cond/versions/1/graph")
+    p.fill("input.search", "higher_order.cond")
+    p.press("input.search", "Enter")
+    p.click(".outline .row.selected button.sublink >> nth=0")
+    branch = p.locator(".outline .row.module.subgraph[aria-expanded='true']")
+    assert branch.count() == 1
+    assert branch.get_attribute("data-path").endswith("true_graph_0")
+
+
+def test_diff_marks_the_added_layer(page: Page, server: Server) -> None:
+    """The diff of v1 and v2 marks exactly the added layer's nodes as added."""
+    p = page.open("/ui/models/small/diff?from=1&to=2")
+    assert p.locator("#verdict").inner_text().startswith("compatible")
+    graph = _graph(server, "small", "2")
+    paths = [m["path"] for m in graph["modules"]]
+    nodes = graph["nodes"]
+    expected = sorted(
+        name
+        for name, module in zip(nodes["name"], nodes["module"], strict=True)
+        if paths[module].startswith("extra")
+    )
+    assert len(expected) == 2
+    added = p.locator("#new-graph .row.mark-added").evaluate_all(
+        "rows => rows.map(r => r.dataset.name)"
+    )
+    assert sorted(added) == expected
+    assert p.locator("#old-graph .row.mark-added, #old-graph .row.mark-removed").count() == 0
+    assert "extra.0.weight" in p.locator("#weight-changes").inner_text()
+    page.shot("diff")
+
+
+def test_diff_of_two_files(page: Page) -> None:
+    """Two uploaded files are compared without storing them."""
+    p = page.open("/ui/diff")
+    p.set_input_files(
+        "#old-file", files=[{"name": "v1.pt2", "mimeType": "application/zip", "buffer": _small(False)}]
+    )
+    p.set_input_files(
+        "#new-file", files=[{"name": "v2.pt2", "mimeType": "application/zip", "buffer": _small(True)}]
+    )
+    p.wait_for_selector("body[data-done='1']", timeout=60_000)
+    assert p.locator("#verdict").inner_text().startswith("compatible")
+    assert p.locator("#new-graph .row.mark-added").count() == 2
+
+
+def test_schema_history(page: Page) -> None:
+    """The versions, and the change table between two of them with a mode's verdict."""
+    p = page.open("/ui/schema?from=8.15&to=8.20&mode=FORWARD")
+    p.wait_for_selector("body[data-done='1']")
+    assert p.locator("#versions tbody tr").count() >= 6
+    rows = p.locator("#changes tbody tr")
+    assert rows.count() == 6
+    assert "ScalarType.UINT64" in p.locator("#changes").inner_text()
+    assert "FORWARD fails" in p.locator("#mode-verdict").inner_text()
+    page.shot("schema")
+
+
+def test_try_a_file(page: Page) -> None:
+    """A dropped file is validated, hashed and inspected, and nothing is pushed."""
+    p = page.open("/ui/try")
+    data = _small(True)
+    p.set_input_files(
+        "#file", files=[{"name": "model.pt2", "mimeType": "application/zip", "buffer": data}]
+    )
+    p.wait_for_selector("body[data-done='1']", timeout=60_000)
+    assert "valid" in p.locator("#valid").inner_text()
+    canonical = httpx.post(
+        f"{page.url}/v1/canonicalize", content=data, headers={"Content-Type": "application/zip"}
+    )
+    assert canonical.headers["x-program-digest"] in p.locator("#digests").inner_text()
+    assert p.locator(".outline .row.module[data-path='extra']").count() == 1
+    assert httpx.get(f"{page.url}/v1/models").json()["models"][-1]["version_count"] == 2
+    page.shot("try")
+
+
+# ---------------------------------------------------------------- 50,000 nodes
+
+
+def _repeated(graph: dict[str, Any], nodes_wanted: int) -> dict[str, Any]:
+    """`graph` (one without subgraphs) repeated as modules ``layers.<k>`` of a new root until
+    it has `nodes_wanted` nodes: values renamed per copy, so every edge stays in its copy."""
+    modules = graph["modules"]
+    per = len(graph["nodes"]["name"])
+    copies = -(-nodes_wanted // per)
+    out_modules: list[dict[str, Any]] = [
+        {**modules[0], "total_nodes": per * copies},
+        {**modules[0], "path": "layers", "parent": 0, "type": "torch.nn.ModuleList"},
+    ]
+    columns: dict[str, list[Any]] = {key: [] for key in graph["nodes"]}
+    for k in range(copies):
+        base = len(out_modules)
+        for m in modules:
+            path = f"layers.{k}" + (f".{m['path']}" if m["path"] else "")
+            parent = 1 if m["parent"] < 0 else base + m["parent"]
+            out_modules.append({**m, "path": path, "parent": parent})
+        source = graph["nodes"]
+        columns["graph"] += source["graph"]
+        columns["position"] += [p + k * per for p in source["position"]]
+        columns["module"] += [base + m for m in source["module"]]
+        columns["name"] += [f"{n}_{k}" for n in source["name"]]
+        columns["target"] += source["target"]
+        columns["dtype"] += source["dtype"]
+        columns["shape"] += source["shape"]
+        columns["inputs"] += [[f"{v}_{k}" for v in vs] for vs in source["inputs"]]
+        columns["outputs"] += [[f"{v}_{k}" for v in vs] for vs in source["outputs"]]
+    return {**graph, "modules": out_modules, "nodes": columns}
+
+
+def test_large_graph_timing(page: Page, server: Server) -> None:
+    """First view and expanding a module of a 50,000-node graph, measured in the browser."""
+    graph = _repeated(_graph(server, "bert", "1"), 50_000)
+    body = json.dumps(graph).encode()
+    answer = server.tmp / "graph-50k.json"
+    answer.write_bytes(body)
+    nodes = len(graph["nodes"]["name"])
+    assert nodes >= 50_000
+    p = page.page
+    p.route(
+        "**/v1/models/big/versions/1/graph",
+        lambda route: route.fulfill(status=200, content_type="application/json", path=str(answer)),
+    )
+    marks = page.open("/ui/models/big/versions/1/graph").evaluate(
+        """Object.fromEntries(performance.getEntriesByType('mark')
+            .map((m) => [m.name, m.startTime]))"""
+    )
+    # The browser's part: from the answer's bytes to the drawn first view. Getting the bytes
+    # there (Playwright's interception here, the server's build of the graph for a real
+    # program) is measured apart.
+    first = marks["graph-first-view"] - marks["graph-received"]
+    parsed = marks["graph-data"] - marks["graph-received"]
+    transfer = marks["graph-received"] - marks["graph-start"]
+    expand = """async (path) => {
+        const row = document.querySelector(`.outline .row[data-path="${path}"]`);
+        const start = performance.now();
+        row.click();
+        await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
+        return performance.now() - start;
+    }"""
+    layers = p.evaluate(expand, "layers")
+    one = p.evaluate(expand, "layers.0")
+    started = time.perf_counter()
+    p.fill("input.search", "tanh_400")
+    p.press("input.search", "Enter")
+    p.wait_for_selector(".outline .row.node.selected[data-name^='tanh']")
+    found = (time.perf_counter() - started) * 1000
+    figures = {
+        "nodes": nodes,
+        "modules": len(graph["modules"]),
+        "answer_mb": round(len(body) / 1e6, 1),
+        "transfer_ms": round(transfer),
+        "first_view_ms": round(first),
+        "parse_ms": round(parsed),
+        "expand_500_children_ms": round(layers, 1),
+        "expand_module_ms": round(one, 1),
+        "search_reveal_ms": round(found),
+    }
+    (SHOTS / "timings.json").write_text(json.dumps(figures, indent=1))
+    page.shot("graph-50k")
+    assert first < FIRST_VIEW_MS * SLACK, figures
+    assert max(layers, one) < EXPAND_MS * SLACK, figures
+
+
+def test_screenshots_written() -> None:
+    """The pages' screenshots are there for a person to look at (README shows two)."""
+    assert shutil.which("chromium") or CHROMIUM.exists()
+    for name in ("models", "version", "graph", "diff", "schema", "try"):
+        assert (SHOTS / f"{name}.png").stat().st_size > 1000
