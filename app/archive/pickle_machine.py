@@ -53,7 +53,7 @@ class Instance:
     detail: Any = None
     #: the entries of mapping objects (OrderedDict, Counter) that SETITEM(S) writes
     items: dict[Any, Any] | None = None
-    #: element count of a storage
+    #: element count of a storage or a tensor
     numel: int = 0
     hashable: bool = True
 
@@ -79,7 +79,7 @@ class Policy:
         """Why an opcode outside `opcodes` is refused."""
         return f"{name} is not allowed"
 
-    def global_(self, module: str, name: str, proto: int) -> Any:
+    def global_(self, module: str, name: str) -> Any:
         """The value GLOBAL, STACK_GLOBAL or INST pushes for `module.name`."""
         return Global(module, name)
 
@@ -133,7 +133,7 @@ class Survey(Policy):
 
     globals: list[str] = field(default_factory=list)
 
-    def global_(self, module: str, name: str, proto: int) -> Any:
+    def global_(self, module: str, name: str) -> Any:
         """Record `module.name`."""
         self.globals.append(f"{module}.{name}")
         return Global(module, name)
@@ -180,7 +180,6 @@ class Machine:
         self.metastack: list[list[Any]] = []
         self.depth_below = 0  # items held in enclosing marks
         self.memo: dict[int, Any] = {}
-        self.proto = 0
         self.depths: dict[int, int] = {}
         self.keep: list[Any] = []  # nested tuples, so the ids in `depths` stay theirs
         self._ops: dict[int, tuple[str, Callable[[], bool]]] = {
@@ -333,9 +332,10 @@ class Machine:
     # Each returns True only for STOP.
 
     def _op_proto(self) -> bool:
-        self.proto = self.read(1)[0]
-        if self.proto > 5:
-            raise self.refuse(f"unsupported pickle protocol {self.proto}")
+        # torch's loader only warns on other protocols; one beyond pickle's own is no pickle
+        proto = self.read(1)[0]
+        if proto > 5:
+            raise self.refuse(f"unsupported pickle protocol {proto}")
         return False
 
     def _op_frame(self) -> bool:
@@ -662,20 +662,20 @@ class Machine:
 
     def _op_global(self) -> bool:
         module, name = self._global_line()
-        self.push(self.policy.global_(module, name, self.proto))
+        self.push(self.policy.global_(module, name))
         return False
 
     def _op_stack_global(self) -> bool:
         name, module = self.pop(), self.pop()
         if type(module) is not str or type(name) is not str:
             raise self.refuse("STACK_GLOBAL needs two strings")
-        self.push(self.policy.global_(module, name, self.proto))
+        self.push(self.policy.global_(module, name))
         return False
 
     def _op_inst(self) -> bool:
         module, name = self._global_line()
         args = self.tuple_of(self.pop_mark())
-        cls = self.policy.global_(module, name, self.proto)
+        cls = self.policy.global_(module, name)
         self.push(self.policy.new(cls, args, None))
         return False
 

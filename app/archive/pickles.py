@@ -151,7 +151,7 @@ class WeightsOnly(Policy):
         except UnicodeDecodeError:
             raise self.refuse("SHORT_BINSTRING is not UTF-8") from None
 
-    def global_(self, module: str, name: str, proto: int) -> Any:
+    def global_(self, module: str, name: str) -> Any:
         """torch's mapping of Python 2 names, its blocked modules, then its allowlist."""
         mapped = self.rules.name_mapping.get((module, name))
         if mapped is not None:
