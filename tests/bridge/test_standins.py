@@ -34,7 +34,7 @@ from app.bridge.sources import TensorSource
 from app.bridge.standins import StandIn, StandInType, stand_ins, unknown_types
 from app.settings import Settings
 from tests.bridge import pool_jobs
-from tests.programs import outputs_close
+from tests.programs import PROGRAM_NAMES, outputs_close
 
 # ---------------------------------------------------------------- user types and programs
 
@@ -341,6 +341,22 @@ def test_torch_namespace_modules_are_what_a_worker_lacks() -> None:
             pool_jobs.namespaces_loaded, table, list(TORCH_NAMESPACE_MODULES.values())
         )
     assert (before, after) == ([], table)
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_zoo_validates_exactly_when_it_deserializes(
+    name: str, archives: dict[str, bytes], pool: WorkerPool, tmp_path: Path
+) -> None:
+    """In a worker without the zoo's custom namespace: every program is accepted by both or,
+    the custom op's, refused by both in the same words."""
+    source = tmp_path / "in.pt2"
+    source.write_bytes(archives[name])
+    report = _validate(source, pool)
+    message = _deserialized(source, pool, tmp_path / "out.pt2")
+    assert report.valid == (message is None), (report.findings, message)
+    assert report.valid == (name != "custom_op")
+    if message is not None:
+        assert [f.message for f in report.findings if f.severity == "error"] == [message]
 
 
 # ---------------------------------------------------------------- stand-ins in this process
