@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.programs import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
+
+if TYPE_CHECKING:
+    from tests.realzoo import RealProgram
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "tests" / "data" / "torch-schema-history"
@@ -28,6 +32,17 @@ def zoo() -> dict[str, ZooProgram]:
 def zoo_json(zoo: dict[str, ZooProgram]) -> dict[str, bytes]:
     """torch's own JSON of every zoo program."""
     return {name: torch_json(zoo[name].ep) for name in PROGRAM_NAMES}
+
+
+@pytest.fixture(scope="session")
+def real_zoo() -> dict[str, RealProgram]:
+    """Every real-zoo program (tiny Hugging Face models, torch features), exported once per
+    session."""
+    # Imported on first use, so that a session which collects no real-zoo test never registers
+    # the zoo's pytree types and quantized operators.
+    from tests.realzoo import cached_real_zoo
+
+    return cached_real_zoo()
 
 
 @pytest.fixture(scope="session")

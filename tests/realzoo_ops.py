@@ -1,0 +1,38 @@
+"""The real zoo's custom operator, imported by torch workers (settings.worker_imports).
+
+Kept apart from tests.realzoo on purpose: a worker that imports this module must still not know
+the zoo's namedtuple and dataclass types, which the service is meant to handle without them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAMESPACE = "pt2real"
+QUALNAME = f"{NAMESPACE}::scaled_split"
+
+
+def register_real_ops() -> None:
+    """Register pt2real::scaled_split (idempotent)."""
+    if hasattr(torch.ops.pt2real, "scaled_split"):
+        return
+
+    # An optional tensor, an int list, a defaulted float and two returns: more of the operator
+    # schema language than a one-tensor op exercises.
+    @torch.library.custom_op(QUALNAME, mutates_args=())
+    def scaled_split(
+        x: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], alpha: float = 0.5
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        shifted = x if bias is None else x + bias
+        head, tail = torch.split(shifted * alpha, sizes, dim=-1)
+        return head.clone(), torch.tanh(tail)
+
+    @scaled_split.register_fake
+    def _(
+        x: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], alpha: float = 0.5
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        head, tail = torch.split(x, sizes, dim=-1)
+        return torch.empty_like(head), torch.empty_like(tail)
+
+
+register_real_ops()
