@@ -4,7 +4,7 @@ Tiny Hugging Face models and programs with the torch features real programs carr
 this session: serialized, validated at every level, canonicalized (equal to torch's own
 canonicalize), and deserialized by torch in a worker; torch.export.load of what we wrote gives the
 original program's outputs on the same inputs. Through the library for every program, and
-through the `pt2serde` command for a few.
+through the `pt2serde` command for one.
 """
 
 from __future__ import annotations
