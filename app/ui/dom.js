@@ -81,6 +81,10 @@ export function count(n) {
   return `${(n / 1e9).toFixed(2)}G`;
 }
 
+export function plural(n, word, many = `${word}s`) {
+  return `${count(n)} ${n === 1 ? word : many}`;
+}
+
 export function shortOp(target) {
   return target.startsWith("torch.ops.") ? target.slice(10) : target;
 }

@@ -6,7 +6,7 @@
 // DOM (fixed row height, a spacer gives the scroll height). Expanding a module rebuilds the list
 // of visible rows (plain integer arrays), never the DOM of the rows out of view.
 
-import { h, clear, count, bytes, shortOp, shortType } from "./dom.js";
+import { h, clear, count, bytes, plural, shortOp, shortType } from "./dom.js";
 
 const ROW = 22;
 const OVERSCAN = 8;
@@ -114,6 +114,9 @@ export class Outline {
     this.rows = rows;
     this.depths = depths;
     this.spacer.style.height = `${rows.length * ROW}px`;
+    // A short outline is as tall as its rows; a long one fills most of the window.
+    const full = rows.length * ROW + 2;
+    this.el.style.height = full < window.innerHeight * 0.6 ? `${Math.max(full, 5 * ROW)}px` : "";
     this.render();
   }
 
@@ -166,9 +169,9 @@ export class Outline {
       h("span", { class: "toggle" }, open ? "▾" : "▸"),
       h("span", { class: "mname" }, name),
       h("span", { class: "mtype" }, info.kind === "subgraph" ? "subgraph" : shortType(info.type)),
-      h("span", { class: "mcount" }, `${count(info.total_nodes)} nodes`),
+      h("span", { class: "mcount" }, plural(info.total_nodes, "node")),
       info.parameters ? h("span", { class: "mparams" }, `${count(info.parameters)} params · ${bytes(info.parameter_bytes)}`) : null,
-      marked ? h("span", { class: "mmarks" }, `${marked} changed`) : null,
+      marked ? h("span", { class: "mmarks" }, plural(marked, "change")) : null,
     );
   }
 

@@ -132,9 +132,7 @@ class Page:
         self.page = browser.new_page(viewport={"width": 1400, "height": 900})
         self.url = server.url
         self.errors: list[str] = []
-        self.page.on(
-            "console", lambda m: self.errors.append(m.text) if m.type == "error" else None
-        )
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
     def open(self, path: str) -> Any:
@@ -143,9 +141,9 @@ class Page:
         self.page.wait_for_selector("body[data-ready='1']", timeout=60_000)
         return self.page
 
-    def shot(self, name: str) -> None:
-        """Save a screenshot of the whole page."""
-        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+    def shot(self, name: str, full_page: bool = False) -> None:
+        """Save a screenshot of the window (or of the whole page)."""
+        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
     def close(self) -> None:
         """Close the page, failing on any console error it logged."""
@@ -173,7 +171,8 @@ def test_csp_and_assets(server: Server) -> None:
     shell = httpx.get(f"{server.url}/ui/models/x/versions/1/graph")
     assert shell.status_code == 200
     policy = shell.headers["content-security-policy"]
-    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert "script-src 'self'" in policy
+    assert "unsafe-inline" not in policy
     script = httpx.get(f"{server.url}/ui/static/outline.js")
     assert script.headers["content-type"].startswith("text/javascript")
     assert "content-security-policy" in script.headers
@@ -188,7 +187,8 @@ def test_models_list(page: Page) -> None:
     names = p.locator("#models tbody tr").evaluate_all("rows => rows.map(r => r.dataset.model)")
     assert names == ["bert", "cond", "small"]
     small = p.locator("tr[data-model='small']")
-    assert "v2" in small.inner_text() and "champion→v2" in small.inner_text()
+    assert "v2" in small.inner_text()
+    assert "champion→v2" in small.inner_text()
     assert "owner=nlp" in p.locator("tr[data-model='bert']").inner_text()
     p.fill("#filter", "nlp")
     assert p.locator("#models tbody tr:visible").count() == 1
@@ -203,7 +203,8 @@ def test_version_page(page: Page) -> None:
     """Summary, interface, weights, operators and findings of a version."""
     p = page.open("/ui/models/bert/versions/1")
     summary = p.locator("#summary").inner_text()
-    assert "readable by torch" in summary and "2.13.0" in summary
+    assert "readable by torch" in summary
+    assert "2.13.0" in summary
     assert p.locator("#inputs tbody tr").count() == 1
     assert "input_ids" in p.locator("#inputs").inner_text()
     assert "[2, 8]" in p.locator("#inputs").inner_text()
@@ -265,18 +266,19 @@ def test_diff_marks_the_added_layer(page: Page, server: Server) -> None:
     assert sorted(added) == expected
     assert p.locator("#old-graph .row.mark-added, #old-graph .row.mark-removed").count() == 0
     assert "extra.0.weight" in p.locator("#weight-changes").inner_text()
-    page.shot("diff")
+    page.shot("diff", full_page=True)
 
 
 def test_diff_of_two_files(page: Page) -> None:
     """Two uploaded files are compared without storing them."""
     p = page.open("/ui/diff")
-    p.set_input_files(
-        "#old-file", files=[{"name": "v1.pt2", "mimeType": "application/zip", "buffer": _small(False)}]
-    )
-    p.set_input_files(
-        "#new-file", files=[{"name": "v2.pt2", "mimeType": "application/zip", "buffer": _small(True)}]
-    )
+    for field, extra in (("#old-file", False), ("#new-file", True)):
+        upload = {
+            "name": f"{field[1:4]}.pt2",
+            "mimeType": "application/zip",
+            "buffer": _small(extra),
+        }
+        p.set_input_files(field, files=[upload])
     p.wait_for_selector("body[data-done='1']", timeout=60_000)
     assert p.locator("#verdict").inner_text().startswith("compatible")
     assert p.locator("#new-graph .row.mark-added").count() == 2

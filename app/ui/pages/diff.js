@@ -73,7 +73,7 @@ export function renderDiff(main, diff, oldGraph, newGraph, labels) {
   const s = diff.summary;
   const c = s.counts;
   main.append(
-    h("div", { class: `verdict verdict-${s.verdict}`, id: "verdict" }, h("strong", null, s.verdict), " ", s.text),
+    h("div", { class: `verdict verdict-${s.verdict}`, id: "verdict" }, h("strong", null, s.verdict), " ", s.text.startsWith(`${s.verdict}:`) ? s.text.slice(s.verdict.length + 1) : s.text),
     h("p", null, `nodes: ${diff.graph.old_nodes} → ${diff.graph.new_nodes} (${c.nodes_added} added, ${c.nodes_removed} removed, ${c.nodes_changed} changed, ${c.nodes_unchanged} unchanged)`),
   );
   if (diff.interface.length) {

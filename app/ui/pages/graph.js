@@ -1,7 +1,7 @@
 // The graph page, and the viewer (outline + search + node details) other pages reuse.
 
 import { enc, getText, versionPath } from "../api.js";
-import { clear, count, h, link } from "../dom.js";
+import { clear, count, h, link, plural } from "../dom.js";
 import { Outline } from "../outline.js";
 
 export function graphViewer(graph, { marks = null, name = "graph", search = true } = {}) {
@@ -19,7 +19,7 @@ export function graphViewer(graph, { marks = null, name = "graph", search = true
   const run = () => {
     found = outline.search(box.value);
     at = -1;
-    status.textContent = box.value.trim() ? `${found.length}${found.length === 200 ? "+" : ""} matches` : "";
+    status.textContent = box.value.trim() ? `${found.length === 200 ? "200+ matches" : plural(found.length, "match", "matches")}` : "";
     clear(results).append(
       ...found.slice(0, 50).map((id) =>
         h("li", null, h("button", { type: "button", class: "jump", onclick: () => outline.reveal(id) }, `${graph.nodes.name[id]} · ${graph.nodes.target[id].replace("torch.ops.", "")}`)),
