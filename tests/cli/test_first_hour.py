@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,6 +236,17 @@ def test_6_outputs_get_the_umask_mode(files: Path, server: Server, umask: int) -
     modes = {name: stat.S_IMODE((out / name).stat().st_mode) for name in ("d.json", "w.st")}
     modes |= {name: stat.S_IMODE((out / name).stat().st_mode) for name in ("c.json", "p.pt2")}
     assert modes == dict.fromkeys(("d.json", "w.st", "c.json", "p.pt2"), 0o666 & ~umask)
+    # a pipe (or a device: -o /dev/null) is written into, as cp does, never replaced
+    pipe = out / "pipe"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+    reader.start()
+    piped = cli("canonicalize", "conv.pt2", "-o", "pipe", cwd=out, umask=umask)
+    reader.join(timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert got == [(out / "c.json").read_bytes()]
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
 
 
 def test_7_inspect_says_what_it_means(
