@@ -54,9 +54,12 @@ def registry() -> dict[str, Any]:
             raise RuntimeError(f"{qualified} has an overload named 'default'")
         operators.setdefault(qualified, {})[overload or "default"] = _overload(schema)
     for qualified, entries in operators.items():
+        namespace, _, name = qualified.partition("::")
         for overload, entry in entries.items():
             if not _reachable(qualified, overload):
                 entry["unreachable"] = True
+            if _numbers_as_tensors(namespace, name):
+                entry["numbers_as_tensors"] = True
     return {
         "format": FORMAT,
         "torch": torch.__version__,
@@ -274,6 +277,14 @@ def _reachable(qualified: str, overload: str) -> bool:
         and schema is not None
         and (schema.name, schema.overload_name or "default") == (qualified, overload)
     )
+
+
+def _numbers_as_tensors(namespace: str, name: str) -> bool:
+    """Whether calling the operator takes a Python number for a Tensor argument (torch wraps it):
+    every prim and the few aten operators torch lists (`add`, `mul`, `sub`, `to`, ...)."""
+    if namespace == "prims":
+        return True
+    return namespace == "aten" and torch._C._should_allow_numbers_as_tensors(name)
 
 
 def _attributes() -> dict[str, list[str]]:

@@ -1,8 +1,9 @@
 """Operator calls checked against torch's schemas, without torch (`app.programs.opset`).
 
 For every node whose target is an overload of a namespace torch registers by itself: the
-overload exists, every argument the node names is one the schema has (once), every argument
-without a default is given, and each argument's wire arm fits the declared type. Custom
+overload exists, every argument the node names is one the schema has (once), positional ones
+fill the schema's leading places, every argument without a default is given, and each
+argument's wire arm fits the declared type. Custom
 namespaces, higher-order operators and Python targets have no schema here and are left alone.
 """
 
@@ -17,14 +18,15 @@ from app.programs import opset
 if TYPE_CHECKING:
     from app.programs.validation import FindingList
 
-_NUMBERS = frozenset(
+#: The arms of a Python number, which also stand for a Tensor argument of the operators torch
+#: wraps numbers for (`add.Tensor(x, 1)`; `OpSchema.numbers_as_tensors`).
+NUMBER_ARMS = frozenset(
     {"as_int", "as_float", "as_bool", "as_sym_int", "as_sym_float", "as_sym_bool", "as_complex"}
 )
 #: The wire arms an argument of each schema type may be written as (keys: torch's type names as
 #: schemas print them). Shared with the torch-level check in `app.bridge.checks`.
 SCALAR_ARMS: dict[str, frozenset[str]] = {
-    # FX graphs pass Python numbers for Tensor arguments (wrapped numbers: add.Tensor(x, 1)).
-    "Tensor": frozenset({"as_tensor"}) | _NUMBERS,
+    "Tensor": frozenset({"as_tensor"}),
     "int": frozenset({"as_int", "as_sym_int"}),
     "SymInt": frozenset({"as_int", "as_sym_int"}),
     "float": frozenset({"as_float", "as_sym_float", "as_int", "as_sym_int"}),
@@ -33,7 +35,7 @@ SCALAR_ARMS: dict[str, frozenset[str]] = {
     "SymBool": frozenset({"as_bool", "as_sym_bool"}),
     "str": frozenset({"as_string"}),
     "complex": frozenset({"as_complex"}),
-    "Scalar": _NUMBERS,
+    "Scalar": NUMBER_ARMS,
     "Device": frozenset({"as_device", "as_string"}),
     "ScalarType": frozenset({"as_scalar_type"}),
     "Layout": frozenset({"as_layout"}),
@@ -60,11 +62,13 @@ def optional_arms(inner: frozenset[str]) -> frozenset[str]:
     return inner | extra
 
 
-def accepted_arms(kind: str) -> frozenset[str] | None:
+def accepted_arms(kind: str, *, numbers_as_tensors: bool = False) -> frozenset[str] | None:
     """The wire arms that fit a schema type (`Tensor?`, `SymInt[2]`), or None when unchecked."""
     if kind.endswith("?"):
-        inner = accepted_arms(kind[:-1])
+        inner = accepted_arms(kind[:-1], numbers_as_tensors=numbers_as_tensors)
         return None if inner is None else optional_arms(inner)
+    if kind == "Tensor" and numbers_as_tensors:
+        return SCALAR_ARMS[kind] | NUMBER_ARMS
     if not kind.endswith("]"):
         return SCALAR_ARMS.get(kind)
     open_at = kind.rindex("[")
@@ -102,7 +106,9 @@ def _call(
     if op.vararg:
         return
     by_name = {a.name: a for a in op.arguments}
+    index = {a.name: k for k, a in enumerate(op.arguments)}
     given: set[str] = set()
+    positional: list[int] = []
     for j, named in enumerate(node.inputs):
         where = f"{at}/inputs/{j}"
         argument = by_name.get(named.name)
@@ -119,7 +125,16 @@ def _call(
             found.add("argument-repeated", "error", f"{where}/name", f"{named.name!r} given twice")
             continue
         given.add(named.name)
-        accepted = accepted_arms(argument.type)
+        if named.kind == schema.ArgumentKind.POSITIONAL:
+            positional.append(index[named.name])
+            if argument.kwarg_only:
+                found.add(
+                    "argument-position",
+                    "error",
+                    f"{where}/kind",
+                    f"{named.name!r} of {node.target} is keyword-only, given by position",
+                )
+        accepted = accepted_arms(argument.type, numbers_as_tensors=op.numbers_as_tensors)
         if accepted is not None and named.arg.kind not in accepted:
             found.add(
                 "argument-kind",
@@ -127,6 +142,14 @@ def _call(
                 f"{where}/arg",
                 f"{named.name!r} of {node.target} is {argument.type}, given as {named.arg.kind}",
             )
+    if sorted(positional) != list(range(len(positional))):
+        # torch passes positional arguments in the order given: a gap shifts the ones after it
+        found.add(
+            "argument-position",
+            "error",
+            f"{at}/inputs",
+            f"the positional arguments of {node.target} leave a gap in its schema's order",
+        )
     for argument in op.arguments:
         if argument.default is None and argument.name not in given:
             found.add(

@@ -65,6 +65,8 @@ class OpSchema:
     #: torch registers it, but `torch.ops.<ns>.<name>` resolves to an attribute of the namespace
     #: object instead (`prim::name`), so no program can name it
     unreachable: bool
+    #: a Python number may stand for a Tensor argument (torch wraps it when calling the operator)
+    numbers_as_tensors: bool
 
     @property
     def target(self) -> str:
@@ -135,6 +137,7 @@ def lookup(namespace: str, name: str, overload: str) -> OpSchema | None:
         vararg=entry.get("vararg", False),
         varret=entry.get("varret", False),
         unreachable=entry.get("unreachable", False),
+        numbers_as_tensors=entry.get("numbers_as_tensors", False),
     )
 
 

@@ -444,13 +444,16 @@ class _Semantics:
         """Names defined exactly once and before use; metadata for every definition."""
         nodes: set[str] = set()
         for i, node in enumerate(graph.nodes):
-            # torch names the node it builds after `name` (unset or "" in older documents)
+            # torch names the node it builds after `name` (unset or "" in older documents) and
+            # gives a taken name a suffix: it loads, but not under the name written
             if node.name:
                 if node.name in nodes:
-                    self.error(
+                    self.found.add(
                         "node-name-redefined",
+                        "warning",
                         f"{path}/nodes/{i}/name",
-                        f"another node of this graph is already named {node.name!r}",
+                        f"another node of this graph is already named {node.name!r}; torch "
+                        "renames this one when loading",
                     )
                 nodes.add(node.name)
         first: dict[str, int] = {}

@@ -202,7 +202,7 @@ def test_unsafe_operators_hold_every_filename_operator() -> None:
 @pytest.mark.parametrize(
     ("kind", "accepted", "refused"),
     [
-        ("Tensor", {"as_tensor", "as_int", "as_float"}, {"as_string", "as_none"}),
+        ("Tensor", {"as_tensor"}, {"as_int", "as_float", "as_string", "as_none"}),
         ("Tensor?", {"as_tensor", "as_none", "as_optional_tensor"}, {"as_tensors"}),
         ("SymInt[2]", {"as_ints", "as_sym_ints", "as_int"}, {"as_float", "as_none"}),
         ("int[]", {"as_ints", "as_sym_ints"}, {"as_int"}),
@@ -226,3 +226,24 @@ def test_types_without_a_table_are_unchecked() -> None:
     assert accepted_arms("Scalar?[]") is None
     assert accepted_arms("t") is None
     assert accepted_arms("__torch__.torch.classes.quantized.LinearPackedParamsBase") is None
+
+
+def test_numbers_stand_for_tensors_where_torch_wraps_them() -> None:
+    x = torch.ones(2)
+    for name, wraps in (("add", True), ("mul", True), ("gt", False), ("clamp", False)):
+        op = opset.lookup("aten", name, "Tensor")
+        assert op is not None
+        assert op.numbers_as_tensors is wraps
+        call = getattr(torch.ops.aten, name).Tensor
+        if wraps:
+            call(x, 2)
+        else:
+            with pytest.raises(RuntimeError, match="Expected a value of type"):
+                call(x, 2)
+    arms = accepted_arms("Tensor", numbers_as_tensors=True)
+    assert arms is not None
+    assert {"as_tensor", "as_int", "as_float", "as_bool"} <= arms
+    assert accepted_arms("Tensor?", numbers_as_tensors=True) == arms | {
+        "as_none",
+        "as_optional_tensor",
+    }
