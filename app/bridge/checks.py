@@ -22,39 +22,34 @@ from app.archive.raw import RawTensor
 from app.bridge.exported import deserialize
 from app.bridge.report import TorchCheck
 from app.failure import Failure
+from app.programs.opcheck import (
+    LIST_ARMS,
+    NESTED_LIST_ARMS,
+    NUMBER_ARMS,
+    OPTIONAL_TENSOR_LIST_ARMS,
+    SCALAR_ARMS,
+    optional_arms,
+)
 from schema import ArgumentAsGraph, ArgumentKind, Graph, Issue, Node
 from schema.errors import pointer
 
-_NUMBERS = frozenset(
-    {"as_int", "as_float", "as_bool", "as_sym_int", "as_sym_float", "as_sym_bool", "as_complex"}
-)
-_SCALAR_ARMS: dict[str, frozenset[str]] = {
-    # FX graphs pass Python numbers for Tensor arguments (wrapped numbers: add.Tensor(x, 1)).
-    "TensorType": frozenset({"as_tensor"}) | _NUMBERS,
-    "IntType": frozenset({"as_int", "as_sym_int"}),
-    "SymIntType": frozenset({"as_int", "as_sym_int"}),
-    "FloatType": frozenset({"as_float", "as_sym_float", "as_int", "as_sym_int"}),
-    "SymFloatType": frozenset({"as_float", "as_sym_float", "as_int", "as_sym_int"}),
-    "BoolType": frozenset({"as_bool", "as_sym_bool"}),
-    "SymBoolType": frozenset({"as_bool", "as_sym_bool"}),
-    "StringType": frozenset({"as_string"}),
-    "ComplexType": frozenset({"as_complex"}),
-    "NumberType": _NUMBERS,
-    "DeviceObjType": frozenset({"as_device", "as_string"}),
-    "ScalarType": frozenset({"as_scalar_type"}),
-    "Layout": frozenset({"as_layout"}),
-    "MemoryFormat": frozenset({"as_memory_format"}),
+#: torch's Type classes by the names schemas print, which key the tables shared with the
+#: torch-free operator check.
+_SCHEMA_NAMES = {
+    "TensorType": "Tensor",
+    "IntType": "int",
+    "SymIntType": "SymInt",
+    "FloatType": "float",
+    "SymFloatType": "SymFloat",
+    "BoolType": "bool",
+    "SymBoolType": "SymBool",
+    "StringType": "str",
+    "ComplexType": "complex",
+    "NumberType": "Scalar",
+    "DeviceObjType": "Device",
 }
-_LIST_ARMS: dict[str, frozenset[str]] = {
-    "TensorType": frozenset({"as_tensors"}),
-    "IntType": frozenset({"as_ints", "as_sym_ints"}),
-    "SymIntType": frozenset({"as_ints", "as_sym_ints"}),
-    "FloatType": frozenset({"as_floats", "as_sym_floats"}),
-    "SymFloatType": frozenset({"as_floats", "as_sym_floats"}),
-    "BoolType": frozenset({"as_bools", "as_sym_bools"}),
-    "SymBoolType": frozenset({"as_bools", "as_sym_bools"}),
-    "StringType": frozenset({"as_strings"}),
-}
+#: FX graphs pass Python numbers for Tensor arguments (wrapped numbers: add.Tensor(x, 1)).
+_TENSOR_ARMS = SCALAR_ARMS["Tensor"] | NUMBER_ARMS
 #: Modules torch's deserializer resolves dotted targets from (`_operator.getitem`, `math.sqrt`).
 _MODULES: dict[str, Any] = {"_operator": operator, "math": math, "torch": torch}
 
@@ -306,20 +301,19 @@ def _type_arms(kind: Any) -> frozenset[str] | None:
     name = type(kind).__name__
     if name == "OptionalType":
         inner = _type_arms(kind.getElementType())
-        if inner is None:
-            return None
-        extra = {"as_none", "as_optional_tensor"} if "as_tensor" in inner else {"as_none"}
-        return inner | extra
+        return None if inner is None else optional_arms(inner)
     if name == "ListType":
         element = kind.getElementType()
         if (
             type(element).__name__ == "OptionalType"
             and type(element.getElementType()).__name__ == "TensorType"
         ):
-            return frozenset({"as_optional_tensors", "as_tensors"})
+            return OPTIONAL_TENSOR_LIST_ARMS
         if type(element).__name__ == "ListType":
-            return frozenset({"as_int_lists", "as_float_lists", "as_nested_tensors"})
-        return _LIST_ARMS.get(type(element).__name__)
+            return NESTED_LIST_ARMS
+        return LIST_ARMS.get(_SCHEMA_NAMES.get(type(element).__name__, ""))
     if name == "Type":
-        return _SCALAR_ARMS.get(kind.annotation_str)
-    return _SCALAR_ARMS.get(name)
+        return SCALAR_ARMS.get(kind.annotation_str)
+    if name == "TensorType":
+        return _TENSOR_ARMS
+    return SCALAR_ARMS.get(_SCHEMA_NAMES.get(name, ""))
