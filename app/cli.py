@@ -211,11 +211,15 @@ def _validate(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     old, new = Path(args.input), Path(args.new)
+    progress = _Progress(args, old.stat().st_size + new.stat().st_size)
+    progress.step(f"opening {old} and {new}")
     with (
         ops.open_source(old, ops.media_of(old), settings) as was,
         ops.open_source(new, ops.media_of(new), settings) as now,
     ):
+        progress.step("aligning nodes, comparing interfaces, weights and modules")
         result = ops.program_diff(was, now, settings, args.model)
+    progress.step("done")
     _emit(args, result.model_dump(mode="json"), render_text(result))
     breaking = result.summary.verdict == "breaking"
     return EXIT_INVALID if args.fail_on_breaking and breaking else EXIT_OK

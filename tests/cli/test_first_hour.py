@@ -205,10 +205,12 @@ def test_5_progress_everywhere_and_for_transfers(files: Path, server: Server) ->
         ("schema", "describe", "8.20"),
         ("schema", "diff", "8.15", "8.20"),
         ("versions", "nothing-here", "--url", server.url),
+        ("diff", "conv.pt2", "conv.pt2"),
     ):
         result = cli(*args, "--progress", cwd=files)
         assert result.returncode in (0, 1), result.stderr
         assert "usage error" not in result.stderr
+    assert "] done" in result.stderr
     quiet = cli("push", "progress-model", "conv.pt2", "--url", server.url, cwd=files)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == ""
