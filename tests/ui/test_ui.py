@@ -49,12 +49,12 @@ sync_api = pytest.importorskip("playwright.sync_api")
 class Small(nn.Module):
     """Two linear layers; with `extra`, a third (and its activation) between them."""
 
-    def __init__(self, extra: bool) -> None:
+    def __init__(self, extra: bool, outputs: int = 4) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.fc1 = nn.Linear(8, 16)
         self.extra = nn.Sequential(nn.Linear(16, 16), nn.ReLU()) if extra else None
-        self.fc2 = nn.Linear(16, 4)
+        self.fc2 = nn.Linear(16, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """fc1, relu, [extra], fc2."""
@@ -64,8 +64,8 @@ class Small(nn.Module):
         return self.fc2(y)
 
 
-def _small(extra: bool) -> bytes:
-    ep = torch.export.export(Small(extra).eval(), (torch.randn(2, 8),), strict=False)
+def _small(extra: bool, outputs: int = 4) -> bytes:
+    ep = torch.export.export(Small(extra, outputs).eval(), (torch.randn(2, 8),), strict=False)
     return archive_bytes(ep)
 
 
@@ -181,6 +181,18 @@ def test_csp_and_assets(server: Server) -> None:
     assert httpx.get(f"{server.url}/ui/static/index.html").status_code == 404
 
 
+def test_graph_revalidates(server: Server) -> None:
+    """A version's graph carries an ETag; asking again with it answers 304 without a body."""
+    url = f"{server.url}/v1/models/small/versions/champion/graph"
+    first = httpx.get(url, timeout=60)
+    assert first.status_code == 200
+    again = httpx.get(url, headers={"If-None-Match": first.headers["etag"]}, timeout=60)
+    assert again.status_code == 304
+    assert again.content == b""
+    other = httpx.get(f"{server.url}/v1/models/small/versions/1/graph", timeout=60)
+    assert other.headers["etag"] != first.headers["etag"]
+
+
 def test_models_list(page: Page) -> None:
     """The list shows every pushed model with its latest version, aliases and tags."""
     p = page.open("/ui/")
@@ -282,6 +294,24 @@ def test_diff_of_two_files(page: Page) -> None:
     p.wait_for_selector("body[data-done='1']", timeout=60_000)
     assert p.locator("#verdict").inner_text().startswith("compatible")
     assert p.locator("#new-graph .row.mark-added").count() == 2
+
+
+def test_changed_node_shows_its_twin(page: Page) -> None:
+    """A breaking change (fc2 gets a fifth output) marks fc2's node changed on both sides, the
+    interface change is listed, and selecting the node on one side selects it on the other."""
+    p = page.open("/ui/diff")
+    for field, outputs in (("#old-file", 4), ("#new-file", 5)):
+        upload = {"name": f"out{outputs}.pt2", "mimeType": "application/zip"}
+        p.set_input_files(field, files=[{**upload, "buffer": _small(False, outputs)}])
+    p.wait_for_selector("body[data-done='1']", timeout=60_000)
+    assert p.locator("#verdict").inner_text().startswith("breaking")
+    assert "float32[2, 5]" in p.locator("#interface").inner_text()
+    old = p.locator("#old-graph .row.mark-changed")
+    assert old.count() == 1
+    old.click()
+    twin = p.locator("#new-graph .row.node.selected")
+    assert twin.get_attribute("data-name") == old.get_attribute("data-name")
+    assert "mark-changed" in (twin.get_attribute("class") or "")
 
 
 def test_schema_history(page: Page) -> None:

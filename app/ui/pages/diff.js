@@ -35,6 +35,10 @@ function collectMarks(diff, oldGraph, newGraph, oldId, newId, marks) {
     const n = at(newGraph, marks.newStart, newId, change.new.position);
     if (o >= 0) marks.old.set(o, "changed");
     if (n >= 0) marks.new.set(n, "changed");
+    if (o >= 0 && n >= 0) {
+      marks.oldToNew.set(o, n);
+      marks.newToOld.set(n, o);
+    }
     for (const sub of change.subgraphs) {
       collectMarks(sub, oldGraph, newGraph, subgraphOf(oldGraph, o, sub.name), subgraphOf(newGraph, n, sub.name), marks);
     }
@@ -107,10 +111,22 @@ export function renderDiff(main, diff, oldGraph, newGraph, labels) {
   const nodes = nodeRows(diff.graph);
   if (nodes.length) main.append(section("Node changes", table(["", "operator", "values", "what"], nodes, { id: "node-changes" })));
 
-  const marks = { old: new Map(), new: new Map(), oldStart: starts(oldGraph), newStart: starts(newGraph) };
+  const marks = {
+    old: new Map(),
+    new: new Map(),
+    oldToNew: new Map(),
+    newToOld: new Map(),
+    oldStart: starts(oldGraph),
+    newStart: starts(newGraph),
+  };
   collectMarks(diff.graph, oldGraph, newGraph, 0, 0, marks);
-  const left = graphViewer(oldGraph, { marks: marks.old, name: labels[0], search: false });
-  const right = graphViewer(newGraph, { marks: marks.new, name: labels[1], search: false });
+  // A changed node selected on one side shows its counterpart on the other.
+  const follow = (pairs, other) => (id) => {
+    const twin = pairs.get(id);
+    if (twin !== undefined && other().outline.selected !== twin) other().outline.reveal(twin);
+  };
+  const left = graphViewer(oldGraph, { marks: marks.old, name: labels[0], search: false, onSelect: follow(marks.oldToNew, () => right) });
+  const right = graphViewer(newGraph, { marks: marks.new, name: labels[1], search: false, onSelect: follow(marks.newToOld, () => left) });
   main.append(
     section(
       "Graphs",

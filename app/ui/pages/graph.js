@@ -4,12 +4,15 @@ import { enc, getText, versionPath } from "../api.js";
 import { clear, count, h, link, plural } from "../dom.js";
 import { Outline } from "../outline.js";
 
-export function graphViewer(graph, { marks = null, name = "graph", search = true } = {}) {
+export function graphViewer(graph, { marks = null, name = "graph", search = true, onSelect = null } = {}) {
   const details = h("aside", { class: "panel", "aria-live": "polite" }, h("p", { class: "muted" }, "Click a node for its inputs and users."));
   const outline = new Outline(graph, {
     marks,
     name,
-    onSelect: (id) => clear(details).append(outline.details(id)),
+    onSelect: (id) => {
+      clear(details).append(outline.details(id));
+      if (onSelect) onSelect(id);
+    },
   });
   const results = h("ol", { class: "results" });
   const status = h("span", { class: "muted status" });
