@@ -387,10 +387,22 @@ def get_canonical(name: str, ref: str, request: Request, registry: RegistryDep) 
     responses=problem_responses(*_CONTENT_PROBLEMS),
 )
 def get_diff(
-    name: str, ref: str, against: str, registry: RegistryDep, settings: SettingsDep
+    name: str,
+    ref: str,
+    against: Annotated[
+        str, Query(description="a version of this model, or `model:ref` of another one")
+    ],
+    registry: RegistryDep,
+    settings: SettingsDep,
 ) -> ProgramDiff:
-    """What changed from version `against` (number, alias or ``latest``) to this one."""
-    with registry.source(name, against) as (was, old), registry.source(name, ref) as (now, new):
+    """What changed from version `against` (number, alias or ``latest``; ``model:ref`` for a
+    version of another model, as model names have no colon) to this one: two registry versions
+    diff without uploading either."""
+    other, _, against_ref = against.rpartition(":")
+    with (
+        registry.source(other or name, against_ref) as (was, old),
+        registry.source(name, ref) as (now, new),
+    ):
         model = now.archive_model if was.archive_model == now.archive_model else None
         return ops.program_diff(old, new, settings, model)
 

@@ -341,9 +341,17 @@ def test_8_diff_limits_each_file(files: Path, server: Server) -> None:
     detail = refused.json()["detail"]
     assert f"the form part 'new' is over the limit of {UPLOAD_LIMIT} bytes per file" in detail
     assert "GET /v1/models/{name}/versions/{ref}/diff?against={ref}" in detail
-    with httpx.Client(base_url=server.url) as client:
-        diff = client.get("/v1/models/nothing/versions/2/diff", params={"against": "1"})
-    assert diff.status_code == 404  # the route the detail names exists
+    # the route the detail names: versions of one model, or of two, diffed without uploads
+    for name, archive in (("diff-old", "conv.pt2"), ("diff-new", "dynamic.pt2")):
+        assert cli("push", name, archive, "--url", server.url, cwd=files).returncode == 0
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        same = client.get("/v1/models/diff-old/versions/1/diff", params={"against": "latest"})
+        across = client.get("/v1/models/diff-new/versions/1/diff", params={"against": "diff-old:1"})
+        missing = client.get("/v1/models/diff-new/versions/1/diff", params={"against": "nope:1"})
+    assert same.json()["summary"]["verdict"] == "identical"
+    assert across.status_code == 200, across.text
+    assert across.json()["summary"]["verdict"] != "identical"
+    assert (missing.status_code, missing.json()["code"]) == (404, "model-not-found")
 
 
 def test_9_validate_checks_given_weights(files: Path) -> None:
