@@ -136,8 +136,10 @@ def _json_documents(raw: bytes, settings: Settings) -> dict[str, bytes]:
         documents = orjson.loads(raw)["documents"]
     except orjson.JSONDecodeError:
         return {"model": raw}  # reported as the invalid JSON it is by whatever reads it
-    if not isinstance(documents, dict) or not documents or not all(
-        isinstance(d, dict) for d in documents.values()
+    if (
+        not isinstance(documents, dict)
+        or not documents
+        or not all(isinstance(d, dict) for d in documents.values())
     ):
         raise schema.DocumentInvalid(
             [schema.Issue("wrong-type", "/documents", "expected an object of documents")]
