@@ -103,7 +103,37 @@ export function digest(text) {
   return h("code", { class: "digest", title: text }, text);
 }
 
+// torch's dtype names by the schema's ScalarType names (schema.dtypes.DTYPE_NAMES; a test in
+// tests/ui keeps the two equal): the registry's summaries name dtypes as the schema does.
+export const DTYPE_NAMES = {
+  BYTE: "uint8",
+  CHAR: "int8",
+  SHORT: "int16",
+  INT: "int32",
+  LONG: "int64",
+  HALF: "float16",
+  FLOAT: "float32",
+  DOUBLE: "float64",
+  COMPLEXHALF: "complex32",
+  COMPLEXFLOAT: "complex64",
+  COMPLEXDOUBLE: "complex128",
+  BOOL: "bool",
+  BFLOAT16: "bfloat16",
+  UINT16: "uint16",
+  FLOAT8E4M3FN: "float8_e4m3fn",
+  FLOAT8E5M2: "float8_e5m2",
+  FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+  FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+  FLOAT8E8M0FNU: "float8_e8m0fnu",
+  UINT32: "uint32",
+  UINT64: "uint64",
+};
+
+export function dtypeName(name) {
+  return DTYPE_NAMES[name] || (name ? name.toLowerCase() : "?");
+}
+
 export function shape(value) {
   if (!value.shape) return value.kind;
-  return `${value.dtype || "?"}[${value.shape.join(", ")}]`;
+  return `${dtypeName(value.dtype)}[${value.shape.join(", ")}]`;
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 import torch
 from torch import nn
 
+from schema.dtypes import DTYPE_NAMES
 from tests.api.conftest import Server, start_server, stop_server
 from tests.programs import archive_bytes, build_program
 
@@ -166,6 +168,14 @@ def _graph(server: Server, name: str, ref: str) -> dict[str, Any]:
     return graph
 
 
+def test_dtype_names_current() -> None:
+    """The UI's dtype names are schema.dtypes' (the registry's summaries use the enum names)."""
+    text = (Path(__file__).parents[2] / "app" / "ui" / "dom.js").read_text()
+    block = text.split("export const DTYPE_NAMES = {", 1)[1].split("};", 1)[0]
+    pairs = dict(re.findall(r'(\w+): "([^"]+)"', block))
+    assert pairs == {dtype.name: name for dtype, name in DTYPE_NAMES.items()}
+
+
 def test_csp_and_assets(server: Server) -> None:
     """Every UI answer forbids inline script; only the UI's own files are served."""
     shell = httpx.get(f"{server.url}/ui/models/x/versions/1/graph")
@@ -219,7 +229,8 @@ def test_version_page(page: Page) -> None:
     assert "2.13.0" in summary
     assert p.locator("#inputs tbody tr").count() == 1
     assert "input_ids" in p.locator("#inputs").inner_text()
-    assert "[2, 8]" in p.locator("#inputs").inner_text()
+    assert "int64[2, 8]" in p.locator("#inputs").inner_text()
+    assert "null" not in p.locator("main").inner_text()
     assert "embeddings.word_embeddings.weight" in p.locator("#weights").inner_text()
     assert "aten.linear.default" in p.locator("#operators").inner_text()
     assert p.locator("a[download]").get_attribute("href") == "/v1/models/bert/versions/1/archive"
@@ -323,6 +334,12 @@ def test_schema_history(page: Page) -> None:
     assert rows.count() == 6
     assert "ScalarType.UINT64" in p.locator("#changes").inner_text()
     assert "FORWARD fails" in p.locator("#mode-verdict").inner_text()
+    p.evaluate("delete document.body.dataset.done")
+    p.select_option("#mode", "")
+    p.wait_for_selector("body[data-done='1']")
+    assert p.locator("#mode-verdict").count() == 0
+    assert p.locator("#changes tbody tr").count() == 6
+    assert "null" not in p.locator("#schema-diff").inner_text()
     page.shot("schema")
 
 

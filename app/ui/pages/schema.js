@@ -1,7 +1,7 @@
 // Schema history: the known versions, and the change table between any two.
 
 import { enc, getJSON } from "../api.js";
-import { clear, errorBox, h, section, table } from "../dom.js";
+import { append, clear, errorBox, h, section, table } from "../dom.js";
 
 const MODES = ["", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"];
 
@@ -48,7 +48,7 @@ export async function schemaPage(main, _args, query) {
     try {
       const diff = await getJSON(`/v1/schema/diff?${params}`);
       const verdict = diff.verdict;
-      clear(out).append(
+      append(clear(out), [
         h("p", null, `${diff.old_version} → ${diff.new_version}: ${diff.changes.length} changes; required bump: ${diff.required_bump}`),
         verdict
           ? h(
@@ -60,7 +60,7 @@ export async function schemaPage(main, _args, query) {
             )
           : null,
         diff.changes.length ? changeTable(diff.changes) : h("p", null, "No changes."),
-      );
+      ]);
     } catch (err) {
       clear(out).append(errorBox(err));
     }

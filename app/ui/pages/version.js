@@ -1,7 +1,7 @@
 // One version: summary, interface, weights, operators, validation findings, downloads.
 
 import { enc, getJSON, versionPath } from "../api.js";
-import { bytes, count, date, digest, h, link, section, shape, shortOp, table } from "../dom.js";
+import { append, bytes, count, date, digest, h, link, section, shape, shortOp, table } from "../dom.js";
 
 export function findingsTable(findings) {
   if (!findings.length) return h("p", { class: "ok" }, "No findings.");
@@ -74,7 +74,7 @@ export async function versionPage(main, [name, ref]) {
     : [[], null, null, null, null];
   const v = info.version;
   const ui = `/ui/models/${enc(name)}`;
-  main.append(
+  append(main, [
     h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / ", `v${v}`),
     h("h1", null, `${name} v${v}`),
     h(
@@ -96,7 +96,7 @@ export async function versionPage(main, [name, ref]) {
           h("a", { class: "button", href: `${base}/canonical` }, "Canonical form"),
         )
       : null,
-  );
+  ]);
   const root = modules ? modules.modules[0] : null;
   main.append(
     section(
