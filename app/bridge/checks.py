@@ -30,6 +30,7 @@ from app.programs.opcheck import (
     SCALAR_ARMS,
     optional_arms,
 )
+from app.programs.opset import TORCH_NAMESPACE_MODULES
 from schema import ArgumentAsGraph, ArgumentKind, Graph, Issue, Node
 from schema.errors import pointer
 
@@ -54,13 +55,6 @@ _TENSOR_ARMS = SCALAR_ARMS["Tensor"] | NUMBER_ARMS
 _MODULES: dict[str, Any] = {"_operator": operator, "math": math, "torch": torch}
 
 
-#: Operator namespaces torch defines in Python modules that `import torch` leaves unloaded
-#: (pt2e quantization's quantize/dequantize ops, among others): a worker imports the module,
-#: which is part of torch and named here, never by a document, when a program uses one.
-TORCH_NAMESPACE_MODULES: dict[str, str] = {
-    "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
-    "ao": "torch._functorch._activation_offloading.offload_ops",
-}
 #: The innermost frame of a node's stack_trace, as torch writes it.
 _FRAME = re.compile(r'File "([^"]*)", line (\d+), in (\S+)')
 

@@ -19,6 +19,13 @@ import orjson
 
 #: The layout of the data file this module reads (`app.bridge.opset_dump.FORMAT`).
 FORMAT = 1
+#: Operator namespaces torch defines in Python modules that `import torch` leaves unloaded
+#: (pt2e quantization's quantize/dequantize ops, among others): a worker imports the module,
+#: which is part of torch and named here, never by a document, when a program uses one.
+TORCH_NAMESPACE_MODULES: dict[str, str] = {
+    "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
+    "ao": "torch._functorch._activation_offloading.offload_ops",
+}
 
 
 @dataclass(frozen=True)

@@ -213,11 +213,17 @@ def _dunder(name: str) -> bool:
 
 
 def _custom_namespace(target: str) -> str | None:
-    """The namespace of an operator overload target outside torch's own, if it is a safe one."""
+    """The namespace of an operator overload target outside torch's own, if it is a safe one.
+
+    Namespaces torch defines in modules of its own are not custom: workers import those.
+    """
     parts = target.split(".")
-    if len(parts) != 5 or parts[:2] != ["torch", "ops"] or opset.is_builtin_namespace(parts[2]):
+    if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
         return None
-    return parts[2] if target_problem(target) is None else None
+    namespace = parts[2]
+    if opset.is_builtin_namespace(namespace) or namespace in opset.TORCH_NAMESPACE_MODULES:
+        return None
+    return namespace if target_problem(target) is None else None
 
 
 # ---------------------------------------------------------------- treespecs

@@ -428,6 +428,11 @@ def test_custom_namespaces(zoo_json: dict[str, bytes]) -> None:
     )
     assert "'mylib'" in note.message
     assert "PT2SERDE_WORKER_IMPORTS" in note.message
+    # torch's own pt2e namespace: workers import its module, nothing to register
+    target = "torch.ops.quantized_decomposed.quantize_per_tensor.default"
+    doc = _doc(zoo_json, "conv", _set(["graph_module", "graph", "nodes", 1, "target"], target))
+    assert custom_namespaces(doc) == []
+    assert screen(doc, SETTINGS) == []
 
 
 def test_refuse_if_unsafe_ignores_warnings_and_notes() -> None:
