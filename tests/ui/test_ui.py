@@ -188,6 +188,9 @@ def test_csp_and_assets(server: Server) -> None:
     assert "content-security-policy" in script.headers
     assert httpx.get(f"{server.url}/ui/static/..%2F..%2Fapi%2Fui.py").status_code == 404
     assert httpx.get(f"{server.url}/ui/static/nothing.js").status_code == 404
+    bare = httpx.get(f"{server.url}/ui")
+    assert bare.status_code == 308
+    assert bare.headers["location"] == "/ui/"
     assert httpx.get(f"{server.url}/ui/static/index.html").status_code == 404
 
 
