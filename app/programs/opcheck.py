@@ -9,6 +9,7 @@ namespaces, higher-order operators and Python targets have no schema here and ar
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,7 @@ def optional_arms(inner: frozenset[str]) -> frozenset[str]:
     return inner | extra
 
 
+@functools.cache
 def accepted_arms(kind: str, *, numbers_as_tensors: bool = False) -> frozenset[str] | None:
     """The wire arms that fit a schema type (`Tensor?`, `SymInt[2]`), or None when unchecked."""
     if kind.endswith("?"):
