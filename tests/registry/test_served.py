@@ -5,11 +5,15 @@ the ETag and deduplication cover every byte served."""
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from torch.export.pt2_archive._package import load_pt2
 
+from app.archive import RawTensor, open_archive, write_archive
 from app.registry import Pushed, Registry, RegistryFailure
 from tests.archive.zipcraft import rezip
 from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, consume, with_sample_inputs
@@ -26,14 +30,19 @@ DROPPED = "sample-inputs-dropped"
 PAYLOADS = sorted(SAMPLE_INPUT_PAYLOADS)
 
 
-def push(registry: Registry, name: str, archive: bytes) -> Pushed:
-    """Stage, vet and push an upload as the route does."""
+def push_model(registry: Registry, name: str, archive: bytes, model: str | None) -> Pushed:
+    """Stage, vet and push one model of an upload as the route does."""
     staged = registry.blobs.stage_bytes(archive)
     try:
-        candidate = registry.prepare(staged.path, InProcessTorch())
+        candidate = registry.prepare(staged.path, InProcessTorch(), model)
     finally:
         staged.discard()
     return registry.push(name, candidate)
+
+
+def push(registry: Registry, name: str, archive: bytes) -> Pushed:
+    """Stage, vet and push an upload's only model."""
+    return push_model(registry, name, archive, None)
 
 
 def served(registry: Registry, pushed: Pushed) -> bytes:
@@ -145,7 +154,7 @@ def test_decoy_is_never_served(
 
 
 def test_equivalent_uploads_give_the_same_served_bytes(
-    sqlite_registry: Registry, archives: dict[str, bytes], tmp_path: Path
+    sqlite_registry: Registry, archives: dict[str, bytes]
 ) -> None:
     """The served bytes are a function of the checked program: torch's archive, the same
     members rezipped by python, and the archive we serve pushed back all serve one archive."""
@@ -171,3 +180,37 @@ def test_pickle_payloads_are_never_stored_even_where_opaque_pickles_are_allowed(
         assert stored_files(backend.data_dir) == {"blobs": [], "staged": []}
     finally:
         lenient.close()
+
+
+def test_one_model_of_several_is_served_alone_with_the_extra_files(
+    sqlite_registry: Registry, archives: dict[str, bytes], zoo: dict[str, ZooProgram]
+) -> None:
+    """A push names one model of an archive: the served archive holds that model alone, its
+    tensors named as a single model's are, and the archive's extra files (text torch hands back
+    on request, never unpickled)."""
+    documents: dict[str, bytes] = {}
+    tensors: list[RawTensor] = []
+    for name in ("conv", "multi_out"):
+        with open_archive(archives[name]) as archive:
+            documents[name] = archive.documents["model"]
+            tensors += [replace(t, name=f"{name}/{t.name}") for t in archive.raw_tensors()]
+    both = io.BytesIO()
+    write_archive(both, documents, tensors, opaque_members={"extra/notes.txt": b"hello"})
+    pushed = push_model(sqlite_registry, "picked", both.getvalue(), "multi_out")
+    assert (pushed.version.archive_model, pushed.warnings) == ("multi_out", [])
+    data = served(sqlite_registry, pushed)
+    with open_archive(data) as out, open_archive(archives["multi_out"]) as alone:
+        assert list(out.documents) == ["multi_out"]
+        assert out.documents["multi_out"] == alone.documents["model"]
+        assert [(t.name, t.data) for t in out.raw_tensors()] == [
+            (t.name, t.data) for t in alone.raw_tensors()
+        ]
+        assert out.opaque_members(1024) == {
+            "data/sample_inputs/multi_out.pt": b"",
+            "extra/notes.txt": b"hello",
+        }
+    # torch.export.load picks the model named "model"; torch's package loader reads any name
+    # (in this process: the archive is ours, and its sample inputs are empty)
+    program = zoo["multi_out"]
+    loaded = load_pt2(io.BytesIO(data)).exported_programs["multi_out"]
+    assert outputs_close(loaded.module()(*program.args, **program.kwargs), program.run())
