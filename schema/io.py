@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import types
 import typing
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from schema._base import Arm, OneOf, Reading, Struct, WireName
@@ -84,8 +86,67 @@ def load(data: bytes | str, model: type[M] = ExportedProgram) -> M:  # type: ign
 
 
 def dump(doc: BaseModel) -> bytes:
-    """A document's JSON bytes in torch's wire form (field order, enums as ints, float strings)."""
-    return doc.__pydantic_serializer__.to_json(doc)
+    """A document's JSON bytes in torch's wire form (field order, enums as ints, float strings).
+
+    orjson writes the models' own `__dict__`s (fields in declaration order, as pydantic's
+    serializer does) at about twice its speed; anything that route cannot write exactly (extra
+    keys, a field left unset, an int past 64 bits, a lone surrogate) makes orjson raise, and
+    pydantic's serializer writes the document instead.
+    """
+    try:
+        return orjson.dumps(doc, default=_fields_of)
+    except orjson.JSONEncodeError:
+        return doc.__pydantic_serializer__.to_json(doc)
+
+
+class _Unsure(TypeError):
+    """Raised inside orjson's callback to hand the document to pydantic's serializer."""
+
+
+#: Per model class: its field count and the fields whose type admits a float.
+_LAYOUTS: dict[type, tuple[int, tuple[str, ...]]] = {}
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    """orjson's callback: a model's fields, with non-finite floats as torch's strings."""
+    try:
+        count, floats = _LAYOUTS[type(value)]
+    except KeyError:
+        if not isinstance(value, BaseModel):
+            raise _Unsure from None
+        count, floats = _LAYOUTS.setdefault(type(value), _layout(type(value)))
+    fields: dict[str, Any] = value.__dict__
+    if value.__pydantic_extra__ or len(fields) != count:
+        raise _Unsure
+    if floats:
+        # orjson writes NaN and the infinities as null; only float-typed fields can hold them.
+        fields = dict(fields)
+        for name in floats:
+            fields[name] = _wire_floats(fields[name])
+    return fields
+
+
+def _layout(cls: type[BaseModel]) -> tuple[int, tuple[str, ...]]:
+    floats = tuple(
+        name for name, info in cls.model_fields.items() if _admits_float(info.annotation)
+    )
+    return len(cls.model_fields), floats
+
+
+def _admits_float(annotation: Any) -> bool:
+    if annotation is float:
+        return True
+    return any(_admits_float(arg) for arg in typing.get_args(annotation))
+
+
+def _wire_floats(value: Any) -> Any:
+    if type(value) is float:
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if type(value) is list:
+        return [_wire_floats(item) for item in value]
+    return value
 
 
 def issues_from(exc: ValidationError, root: Any) -> list[Issue]:

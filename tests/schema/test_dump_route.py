@@ -1,0 +1,64 @@
+"""schema.dump writes through orjson where it can: its bytes must equal pydantic's serializer's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
+
+import schema
+from schema.models import (
+    ArgumentAsFloat,
+    ArgumentAsFloatLists,
+    ArgumentAsFloats,
+    ArgumentAsInt,
+    ArgumentAsString,
+    Device,
+    ExportedProgram,
+    TensorArgument,
+)
+
+
+def _pydantic(doc: BaseModel) -> bytes:
+    return doc.__pydantic_serializer__.to_json(doc)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        ArgumentAsFloat(as_float=math.inf),
+        ArgumentAsFloat(as_float=-math.inf),
+        ArgumentAsFloat(as_float=math.nan),
+        ArgumentAsFloat(as_float=1e-7),
+        ArgumentAsFloats(as_floats=[1.0, math.nan, -math.inf, 2.5, 1e16]),
+        ArgumentAsInt(as_int=2**63 - 1),
+        ArgumentAsInt(as_int=2**70),  # past 64 bits: orjson refuses, pydantic writes it
+        ArgumentAsString(as_string='é\x00\u2028"\\😀'),
+        Device(type="cpu"),
+        Device.model_validate_json(b'{"type": "cpu", "index": 0, "unknown": [1, "NaN"]}'),
+        TensorArgument.model_validate_json(b'{"name": "x", "extra": {"nested": 1}}'),
+    ],
+    ids=repr,
+)
+def test_same_bytes_as_pydantic(doc: BaseModel) -> None:
+    assert schema.dump(doc) == _pydantic(doc)
+
+
+def test_non_finite_floats_in_nested_lists() -> None:
+    doc = ArgumentAsFloatLists(as_float_lists=[[math.inf, 0.5], [], [math.nan]])
+    assert schema.dump(doc) == _pydantic(doc)
+    assert b'"Infinity"' in schema.dump(doc)
+    assert b"null" not in schema.dump(doc)
+
+
+def test_zoo_documents(zoo_json: dict[str, bytes]) -> None:
+    for name, data in zoo_json.items():
+        doc = schema.load(data, ExportedProgram)
+        assert schema.dump(doc) == _pydantic(doc), name
+
+
+def test_a_lone_surrogate_still_raises_as_before() -> None:
+    with pytest.raises(PydanticSerializationError):
+        schema.dump(ArgumentAsString(as_string="\ud800"))
