@@ -76,6 +76,13 @@ def no_cycle_collection() -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:
+            # The collector would walk every object made here at its next young collection
+            # (they all count as young). Freezing and thawing at once moves them, and whatever
+            # else is tracked, to the oldest generation without a walk; nothing the caller froze
+            # must be thawed, hence only when nothing is frozen.
+            gc.freeze()
+            gc.unfreeze()
         if enabled:
             gc.enable()
 
@@ -97,6 +104,14 @@ def dump(doc: BaseModel) -> bytes:
         return orjson.dumps(doc, default=_fields_of)
     except orjson.JSONEncodeError:
         return doc.__pydantic_serializer__.to_json(doc)
+
+
+def dump_sorted(doc: BaseModel) -> bytes | None:
+    """`dump` with every object's keys sorted, or None where only pydantic can write `doc`."""
+    try:
+        return orjson.dumps(doc, default=_fields_of, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
 
 
 class _Unsure(TypeError):

@@ -48,7 +48,7 @@ from app.failure import Failure
 from app.programs.validation import digit_runs
 from schema import Issue, dump
 from schema.errors import pointer
-from schema.io import no_cycle_collection
+from schema.io import dump_sorted, no_cycle_collection
 from schema.models import (
     ArgumentAsBool,
     ArgumentAsCustomObj,
@@ -678,6 +678,9 @@ _MIN_LONG, _MAX_DIGITS = 19, 20
 def canonical_bytes(doc: BaseModel) -> bytes:
     """JSON of `doc` with sorted keys, compact separators, UTF-8, torch's float strings."""
     with no_cycle_collection():
+        direct = dump_sorted(doc)
+        if direct is not None:
+            return direct
         wire = dump(doc)
         if _orjson_exact(wire):
             return orjson.dumps(orjson.loads(wire), option=orjson.OPT_SORT_KEYS)
