@@ -253,7 +253,9 @@ def _treespec(text: str, at: str, found: FindingList) -> None:
             "treespec-type-to-register",
             "info",
             at,
-            f"{name!r} must be registered as a pytree node before torch can load this program",
+            f"{name!r} is a user pytree type: pt2serde's workers use a stand-in built from the "
+            "treespec, but a consumer's torch.export.load needs the library that registers it "
+            "imported first",
         )
 
 
