@@ -542,7 +542,21 @@ def deserialize_to(
     """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from the
     document and the weights; the worker reads the weights and writes the file itself."""
     refuse_pickles(document, settings)
-    doc = read_document(document, model, settings).doc
+    read = read_document(document, model, settings)
+    doc = read.doc
+    # validate's torch level is semantic validation, then the worker job run here: refusing what
+    # semantic validation refuses keeps "validate accepts it" and "deserialize rebuilds it" equal
+    report = validate_document(
+        doc, "semantic", settings, document.tensor_metas(read.name), document.pickled
+    )
+    errors = [f for f in report.findings if f.severity == "error"]
+    if errors:
+        raise OperationFailure(
+            "invalid-program",
+            f"the program is not valid ({len(errors)} errors); first at {errors[0].path or '/'}: "
+            f"{errors[0].message}",
+            _issues(errors),
+        )
     _refuse_without_weights(doc, weights)
     runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)
 

@@ -146,7 +146,7 @@ register(
 register(
     422,
     invalid_name="A model name, alias, tag or reason is malformed",
-    invalid_program="The program is not valid at level torch",
+    invalid_program="The program is not valid (semantic validation or torch)",
 )
 register(
     503,

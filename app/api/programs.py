@@ -98,7 +98,13 @@ def serialize(
             "content": {ZIP: {"schema": {"type": "string", "format": "binary"}}},
             "description": "A .pt2 archive that torch.export.load opens",
         },
-        **problem_responses(*READ_PROBLEMS, "weights-mismatch", "weights-missing", *TORCH_PROBLEMS),
+        **problem_responses(
+            *READ_PROBLEMS,
+            "invalid-program",
+            "weights-mismatch",
+            "weights-missing",
+            *TORCH_PROBLEMS,
+        ),
     },
 )
 def deserialize(

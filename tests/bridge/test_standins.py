@@ -423,3 +423,28 @@ def test_torch_messages_are_whole_with_their_cause_and_a_hint() -> None:
         "object has no attribute 'op' (hint: an operator namespace is missing from the worker: "
         "set PT2SERDE_WORKER_IMPORTS to the module that registers it)"
     )
+
+
+def _rename_first_argument(raw: bytes) -> bytes:
+    """The document with its first call's first named argument renamed to one no schema has
+    (torch's loader drops such an argument and builds the program anyway)."""
+    doc = schema.load(raw)
+    node = next(n for n in doc.graph_module.graph.nodes if n.inputs)
+    node.inputs[0].name = "not_an_argument"
+    return schema.dump(doc)
+
+
+def test_what_semantic_validation_refuses_deserialize_refuses_too(
+    archives: dict[str, bytes], pool: WorkerPool, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.pt2"
+    source.write_bytes(archives["conv"])
+    mutant = _rewrite_document(source, _rename_first_argument, tmp_path / "mutant.pt2")
+    report = _validate(mutant, pool)
+    codes = [f.code for f in report.findings if f.severity == "error"]
+    assert "argument-unknown" in codes
+    with pytest.raises(ops.OperationFailure) as refused:
+        _deserialize(mutant, pool, tmp_path / "never.pt2")
+    assert refused.value.code == "invalid-program"
+    assert [i.code for i in refused.value.issues] == codes
+    assert not (tmp_path / "never.pt2").exists()
