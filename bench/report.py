@@ -57,6 +57,7 @@ COLUMNS = (
     "ours/torch",
     "ours/floor",
     "ours µs/node",
+    "ours ms/MB",
     "peak RSS growth ours / torch / floor",
     "checked against",
     "target",
@@ -80,6 +81,8 @@ class Row:
     vs_torch: str = "—"
     vs_floor: str = "—"
     per_node: str = "—"
+    #: ours' best time per MB of input: real documents carry more metadata per node.
+    per_mb: str = "—"
     rss: str = "—"
     checked: str = "—"
     target: str = ""
@@ -99,6 +102,7 @@ class Row:
             self.vs_torch,
             self.vs_floor,
             self.per_node,
+            self.per_mb,
             self.rss,
             self.checked,
             self.target,
@@ -167,6 +171,7 @@ def timing_row(
     ours = total([m.ours for _, m in included if m.ours is not None])
     row.ours = pair(ours)
     row.per_node = f"{per_node(ours.best, nodes):.1f}"
+    row.per_mb = f"{ours.best * 1e3 / (input_bytes / 1e6):.3g}" if input_bytes else "—"
     torch_runs = [m.torch for _, m in included if m.torch is not None]
     torch_t = total(torch_runs) if len(torch_runs) == len(included) else None
     floors = [m.floor for _, m in included if m.floor is not None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
@@ -13,6 +14,7 @@ import torch
 
 import schema
 from bench.cases import Measured
+from bench.hf_programs import MODELS, hf_program
 from bench.measure import CheckFailed, Timing, timed
 from bench.programs import Cache, decoder_inputs, decoder_program, tiled_program
 from bench.report import timing_row
@@ -151,3 +153,23 @@ def test_tiled_programs_load_and_run_in_torch(tmp_path: Path) -> None:
     out = program.module()(*args)
     assert out.shape == args[0].shape
     assert torch.isfinite(out).all()
+
+
+def test_rows_give_the_cost_per_megabyte() -> None:
+    ours = Timing(0.02, 0.02, 3, None)
+    row = timing_row("parse", "p", 10, 4_000_000, [("", Measured(ours=ours))])
+    assert row.per_mb == "5"
+
+
+def test_hugging_face_programs_are_torch_exports_that_load_and_run(tmp_path: Path) -> None:
+    model = dataclasses.replace(next(m for m in MODELS if m.name == "vit"), layers=1)
+    program = hf_program(Cache(tmp_path), model)
+    assert program.name.startswith("vit-")
+    assert program.nodes > 20
+    doc = schema.load(program.document)
+    assert schema.dump(doc) == doc.__pydantic_serializer__.to_json(doc)
+    program.setup()
+    loaded = torch.export.load(io.BytesIO(program.archive_bytes))
+    args, kwargs = program.inputs()
+    out = loaded.module()(*args, **kwargs)
+    assert out.last_hidden_state.shape == (2, 5, 32)
