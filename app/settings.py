@@ -30,6 +30,8 @@ class Settings:
     #: job made it hold (about 1 GB after a large program); the next job starts one (0: never).
     worker_idle_s: float = 300.0
     max_upload_bytes: int = 512 * MiB
+    #: parts a multipart form may have (a form needs at most a few; each part costs bookkeeping).
+    max_form_parts: int = 16
     max_members: int = 10_000
     max_total_uncompressed: int = 2048 * MiB
     max_member_ratio: int = 200

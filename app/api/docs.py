@@ -24,6 +24,7 @@ DOCUMENT_BODY = {
 _UPLOAD_PROBLEMS = (
     "bad-request",
     "bad-multipart",
+    "too-many-parts",
     "missing-part",
     "payload-too-large",
     "unsupported-media-type",

@@ -57,7 +57,9 @@ register(
     document_too_large="The document is over the JSON size limit",
     document_too_many_nodes="The document has more nodes than the limit",
 )
+register(413, too_many_parts="The multipart body has more parts than the limit")
 register(415, unsupported_media_type="The request's media type is not accepted here")
+register(416, range_not_satisfiable="No requested byte range is inside the content")
 _RESOURCE_LIMITS = {
     "archive-too-large",
     "archive-too-many-members",

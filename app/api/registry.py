@@ -6,6 +6,7 @@ earlier crash left) when the app starts and closes it when the app stops.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, BinaryIO
@@ -19,7 +20,7 @@ from pydantic import BaseModel, Field
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
-from app.api.problems import ServiceError, problem_responses
+from app.api.problems import ServiceError, problem, problem_responses
 from app.api.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.archive import open_archive
 from app.programs.diff import ProgramDiff
@@ -100,11 +101,13 @@ class _ArchivePart:
         """Nothing to close: the staged blob is finished (fsynced) once the body is whole."""
 
 
-async def _receive(request: Request, staged: Staged, limit: int) -> None:
+async def _receive(request: Request, staged: Staged, settings: Settings) -> None:
     """Stream the body (a .pt2, raw or as the form field `file`) into `staged`, capped."""
     media, options = content_type(request)
+    limit = settings.max_upload_bytes
     if media == "multipart/form-data":
-        splitter = FormSplitter(options.get(b"boundary"), _ArchivePart(staged))
+        parts = settings.max_form_parts
+        splitter = FormSplitter(options.get(b"boundary"), _ArchivePart(staged), parts)
         await stream_body(request, limit, splitter.feed)
         splitter.finish()
     elif media in _ARCHIVE_TYPES:
@@ -127,7 +130,7 @@ async def staged_upload(
     settings: Settings = request.app.state.settings
     staged = registry.blobs.stage()
     try:
-        await _receive(request, staged, settings.max_upload_bytes)
+        await _receive(request, staged, settings)
         yield staged
     finally:
         staged.discard()
@@ -146,41 +149,80 @@ def _etag_matches(header: str | None, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """(start, end exclusive) of one satisfiable ``bytes=`` range; None to send everything.
+#: More ranges than this in one Range header are ignored (RFC 9110 14.2 lets a server ignore a
+#: set of many small ranges: each costs a part header and a seek).
+MAX_RANGES = 16
+Span = tuple[int, int]
 
-    Several ranges, other units, malformed and unsatisfiable ranges are ignored, which RFC 9110
-    allows (a server MAY ignore Range): the client gets the whole representation with 200.
+
+def _position(text: str) -> int:
+    """A range's byte position; ValueError unless ASCII digits. Positions past any file's size
+    are not parsed (int() refuses over 4300 digits): they only need to compare as too large."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(text)
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 19 else 1 << 64
+
+
+def byte_ranges(header: str | None, size: int) -> list[Span] | None:
+    """The (start, end exclusive) spans a ``bytes=`` Range asks for, in ascending order with
+    overlapping or adjacent ones coalesced; [] when none is satisfiable (416).
+
+    None sends the whole representation with 200: no Range, another unit, a malformed range
+    set or more than MAX_RANGES ranges, all of which RFC 9110 lets a server ignore.
     """
-    if not header or size == 0:
+    if not header:
         return None
-    unit, _, spec = header.partition("=")
-    first, dash, last = spec.strip().partition("-")
-    if unit.strip().lower() != "bytes" or "," in spec or not dash:
+    unit, equals, spec = header.partition("=")
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    if not equals or unit.strip().lower() != "bytes" or not items or len(items) > MAX_RANGES:
         return None
+    spans: list[Span] = []
     try:
-        if not first:
-            suffix = int(last)
-            return (max(0, size - suffix), size) if suffix > 0 else None
-        start = int(first)
-        end = int(last) + 1 if last else size
+        for item in items:
+            first, dash, last = (part.strip() for part in item.partition("-"))
+            if not dash or not (first or last):
+                return None
+            if not first:
+                suffix = _position(last)
+                if suffix > 0 and size > 0:
+                    spans.append((max(0, size - suffix), size))
+                continue
+            start = _position(first)
+            end = _position(last) + 1 if last else size
+            if last and end <= start:
+                return None
+            if start < size:
+                spans.append((start, min(end, size)))
     except ValueError:
         return None
-    if start < 0 or start >= size or end <= start:
-        return None
-    return start, min(end, size)
+    merged: list[Span] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
-def _chunks(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+def _chunks(
+    handle: BinaryIO, spans: list[tuple[bytes, int, int]], tail: bytes = b""
+) -> Iterator[bytes]:
+    """Each span's prefix and bytes, then `tail`; the handle is closed at the end."""
     try:
-        handle.seek(start)
-        left = end - start
-        while left > 0:
-            chunk = handle.read(min(_CHUNK, left))
-            if not chunk:
-                break
-            left -= len(chunk)
-            yield chunk
+        for prefix, start, end in spans:
+            if prefix:
+                yield prefix
+            handle.seek(start)
+            left = end - start
+            while left > 0:
+                chunk = handle.read(min(_CHUNK, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                yield chunk
+        if tail:
+            yield tail
     finally:
         handle.close()
 
@@ -188,31 +230,61 @@ def _chunks(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
 def _bytes_response(
     request: Request, handle: BinaryIO, etag: str, media_type: str, headers: dict[str, str]
 ) -> Response:
-    """The file with ETag, If-None-Match (304) and single-range (206) support."""
+    """The file with ETag, If-None-Match (304) and Range support: one range as a 206, several
+    as a 206 multipart/byteranges, none satisfiable as a 416 (``Content-Range: bytes */size``)."""
     quoted = f'"{etag}"'
     common = {**headers, "ETag": quoted, "Accept-Ranges": "bytes"}
     if _etag_matches(request.headers.get("if-none-match"), quoted):
         handle.close()
         return Response(status_code=304, headers=common)
     size = handle.seek(0, 2)
-    span = byte_range(request.headers.get("range"), size)
     if_range = request.headers.get("if-range")
-    if span is None or (if_range is not None and if_range.strip() != quoted):
+    spans = None
+    if if_range is None or if_range.strip() == quoted:
+        spans = byte_ranges(request.headers.get("range"), size)
+    if spans is None:
         return StreamingResponse(
-            _chunks(handle, 0, size),
+            _chunks(handle, [(b"", 0, size)]),
             media_type=media_type,
             headers={**common, "Content-Length": str(size)},
         )
-    start, end = span
+    if not spans:
+        handle.close()
+        asked = request.headers.get("range", "")[:200]
+        response = problem("range-not-satisfiable", f"no range of {asked!r} is in the {size} bytes")
+        response.headers.update({**common, "Content-Range": f"bytes */{size}"})
+        return response
+    if len(spans) == 1:
+        start, end = spans[0]
+        return StreamingResponse(
+            _chunks(handle, [(b"", start, end)]),
+            status_code=206,
+            media_type=media_type,
+            headers={
+                **common,
+                "Content-Length": str(end - start),
+                "Content-Range": f"bytes {start}-{end - 1}/{size}",
+            },
+        )
+    boundary = secrets.token_hex(16)
+    parts = [
+        (
+            # the CRLF before each boundary but the first belongs to the delimiter
+            ("\r\n" if i else "").encode()
+            + f"--{boundary}\r\nContent-Type: {media_type}\r\n".encode()
+            + f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n".encode(),
+            start,
+            end,
+        )
+        for i, (start, end) in enumerate(spans)
+    ]
+    tail = f"\r\n--{boundary}--\r\n".encode("latin-1")
+    length = sum(len(prefix) + end - start for prefix, start, end in parts) + len(tail)
     return StreamingResponse(
-        _chunks(handle, start, end),
+        _chunks(handle, parts, tail),
         status_code=206,
-        media_type=media_type,
-        headers={
-            **common,
-            "Content-Length": str(end - start),
-            "Content-Range": f"bytes {start}-{end - 1}/{size}",
-        },
+        media_type=f"multipart/byteranges; boundary={boundary}",
+        headers={**common, "Content-Length": str(length)},
     )
 
 
@@ -331,9 +403,9 @@ def delete_version(
     response_class=Response,
     responses={
         200: {"content": {_ZIP: _BYTES}, "description": "The .pt2 the registry wrote"},
-        206: {"description": "The requested byte range"},
+        206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag (the archive digest)"},
-        **problem_responses(*_CONTENT_PROBLEMS),
+        **problem_responses(*_CONTENT_PROBLEMS, "range-not-satisfiable"),
     },
 )
 def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
@@ -371,8 +443,9 @@ def get_document(name: str, ref: str, registry: RegistryDep, settings: SettingsD
             "content": {_JSON: {"schema": {"type": "object"}}},
             "description": "The canonical document (its sha256 is the graph digest, the ETag)",
         },
+        206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag"},
-        **problem_responses(*_CONTENT_PROBLEMS),
+        **problem_responses(*_CONTENT_PROBLEMS, "range-not-satisfiable"),
     },
 )
 def get_canonical(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
@@ -466,9 +539,9 @@ def delete_alias(name: str, alias: str, registry: RegistryDep) -> Response:
     response_class=Response,
     responses={
         200: {"content": {_ZIP: _BYTES, _JSON: {}}, "description": "A .pt2 or canonical document"},
-        206: {"description": "The requested byte range"},
+        206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag (the digest)"},
-        **problem_responses("blob-not-found", "registry-unavailable"),
+        **problem_responses("blob-not-found", "registry-unavailable", "range-not-satisfiable"),
     },
 )
 def get_blob(digest: str, request: Request, registry: RegistryDep) -> Response:

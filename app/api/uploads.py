@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
 from fastapi import Request
 from python_multipart import MultipartParser
@@ -154,14 +154,22 @@ class PartTarget(Protocol):
         """The part's last byte was written (it had `size` bytes, at least one)."""
 
 
+#: What one part's headers may add up to: a form part needs a Content-Disposition and maybe a
+#: Content-Type, so more is a flood meant to cost memory, not a form.
+MAX_PART_HEADER_BYTES = 16 * 1024
+
+
 class FormSplitter:
     """A multipart/form-data body, fed as it arrives, split into parts written through `target`."""
 
-    def __init__(self, boundary: bytes | None, target: PartTarget) -> None:
+    def __init__(self, boundary: bytes | None, target: PartTarget, max_parts: int) -> None:
         if not boundary:
             raise ServiceError("bad-multipart", "the multipart body has no boundary")
         self.target = target
+        self.max_parts = max_parts
         self._count = 0
+        self._begun = 0
+        self._header_bytes = 0
         self._field = b""
         self._value = b""
         self._headers: dict[bytes, bytes] = {}
@@ -169,7 +177,8 @@ class FormSplitter:
         self._write: Callable[[bytes], object] | None = None
         self._size = 0
         callbacks = {name: getattr(self, f"_{name}") for name in _CALLBACKS}
-        self._parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
+        # the parser refuses some boundaries (over 256 bytes) as it is built
+        self._parser: MultipartParser = self._guarded(MultipartParser, boundary, callbacks)
 
     def feed(self, chunk: bytes) -> None:
         """Parse the next bytes of the body."""
@@ -182,9 +191,9 @@ class FormSplitter:
             raise ServiceError("bad-multipart", "the multipart body has no parts")
 
     @staticmethod
-    def _guarded(step: Callable[..., object], *args: bytes) -> None:
+    def _guarded(step: Callable[..., Any], *args: object) -> Any:
         try:
-            step(*args)
+            return step(*args)
         except ServiceError:
             raise
         except Exception as exc:  # python-multipart raises several error types for bad bodies
@@ -192,12 +201,29 @@ class FormSplitter:
             raise ServiceError("bad-multipart", message) from None
 
     def _on_part_begin(self) -> None:
+        # counted as parts begin: tiny or refused parts cost bookkeeping too
+        self._begun += 1
+        if self._begun > self.max_parts:
+            raise ServiceError(
+                "too-many-parts", f"the multipart body has more than {self.max_parts} parts"
+            )
         self._headers = {}
+        self._header_bytes = 0
+
+    def _header_grew(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > MAX_PART_HEADER_BYTES:
+            raise ServiceError(
+                "bad-multipart",
+                f"a form part's headers are over {MAX_PART_HEADER_BYTES} bytes",
+            )
 
     def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_grew(end - start)
         self._field += data[start:end]
 
     def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_grew(end - start)
         self._value += data[start:end]
 
     def _on_header_end(self) -> None:
@@ -302,7 +328,7 @@ async def receive(request: Request, settings: Settings, hint: str = "") -> Async
         if media_type == "multipart/form-data":
             files = _PartFiles(folder, limit, hint)
             try:
-                splitter = FormSplitter(options.get(b"boundary"), files)
+                splitter = FormSplitter(options.get(b"boundary"), files, settings.max_form_parts)
                 form_limit = MAX_FORM_FILES * limit + _FORM_OVERHEAD
                 await stream_body(request, form_limit, splitter.feed, hint)
                 splitter.finish()

@@ -87,8 +87,13 @@ def check_text(value: str, what: str, limit: int) -> str:
 
 
 def version_number(ref: str) -> int | None:
-    """The version number `ref` spells, None if it is not a number."""
-    return int(ref) if ref.isascii() and ref.isdigit() else None
+    """The version number `ref` spells (past MAX_VERSION: MAX_VERSION + 1), None if it is not a
+    number."""
+    if not (ref.isascii() and ref.isdigit()):
+        return None
+    # int() refuses over 4300 digits, and no version is that long: never parse one that is
+    digits = ref.lstrip("0") or "0"
+    return int(digits) if len(digits) <= len(str(MAX_VERSION)) else MAX_VERSION + 1
 
 
 def _live() -> Any:

@@ -149,8 +149,7 @@ def test_conditional_and_range_requests(client: httpx.Client, archives: dict[str
         "bytes=100-": (206, 100, size),
         "bytes=-10": (206, size - 10, size),
         f"bytes=10-{size + 50}": (206, 10, size),
-        "bytes=0-1,5-6": (200, 0, size),
-        f"bytes={size}-": (200, 0, size),
+        f"bytes=5-{size + 50},0-9": (206, 0, size),
         "items=0-5": (200, 0, size),
         "bytes=x-y": (200, 0, size),
     }
