@@ -39,6 +39,11 @@ PRELOAD: tuple[str, ...] = ("torch", "app.bridge.exported", "app.bridge.checks")
 JOBS_MODULE = "app.bridge.jobs"
 STARTUP_TIMEOUT_S = 120.0
 _STOP_GRACE_S = 5.0
+#: A worker ends itself this long after its job's time limit: the pool normally kills it first
+#: (and says worker-timeout), but the worker must not outlive a pool that died.
+_SELF_KILL_GRACE_S = 5.0
+#: How often a worker looks at its parent and its job's deadline.
+_WATCH_INTERVAL_S = 0.5
 
 Job = str | Callable[..., Any]
 
@@ -107,19 +112,21 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, job: Job, *args: Any) -> Any:
+    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
         """Run `job(*args)` in a worker, return its result; thread-safe, queues while all are busy.
 
         `job` is a module-level function or the name of one in app.bridge.jobs ("module:name" for
         others). A Failure the job raises is raised here with its code and issues; a dead worker
         raises `worker-crashed`, a slow one `worker-timeout`, a MemoryError `worker-out-of-memory`.
+        `timeout_s` shortens this job's time limit (job_timeout_s stays the ceiling).
         """
-        payload = self._payload(job, args)
+        timeout = self._timeout(timeout_s)
+        payload = self._payload(job, args, timeout)
         worker = self._take()
         healthy = False
         try:
             self._await_ready(worker)
-            reply = self._exchange(worker, payload)
+            reply = self._exchange(worker, payload, timeout)
             worker.jobs += 1
             max_jobs = self._settings.worker_max_jobs
             healthy = reply[0] != "oom" and (max_jobs <= 0 or worker.jobs < max_jobs)
@@ -154,9 +161,15 @@ class WorkerPool:
             else:
                 self._stop(worker, graceful=False)
 
-    def _payload(self, job: Job, args: tuple[Any, ...]) -> memoryview:
+    def _timeout(self, asked: float | None) -> float | None:
+        ceiling = self._settings.job_timeout_s if self._settings.job_timeout_s > 0 else None
+        if asked is None or asked <= 0:
+            return ceiling
+        return asked if ceiling is None else min(asked, ceiling)
+
+    def _payload(self, job: Job, args: tuple[Any, ...], timeout: float | None) -> memoryview:
         try:
-            return ForkingPickler.dumps((job, args))
+            return ForkingPickler.dumps((job, args, timeout))
         except Exception as exc:
             raise BridgeFailure(
                 "worker-bad-job", f"the job cannot be sent: {one_line(exc)}"
@@ -225,17 +238,20 @@ class WorkerPool:
             )
         raise BridgeFailure("worker-start-failed", f"the worker {_death(worker)} while starting")
 
-    def _exchange(self, worker: _Worker, payload: memoryview) -> tuple[Any, ...]:
+    def _exchange(
+        self, worker: _Worker, payload: memoryview, timeout: float | None
+    ) -> tuple[Any, ...]:
         with self._lock:
             self._busy.add(worker)
         try:
-            return self._roundtrip(worker, payload)
+            return self._roundtrip(worker, payload, timeout)
         finally:
             with self._lock:
                 self._busy.discard(worker)
 
-    def _roundtrip(self, worker: _Worker, payload: memoryview) -> tuple[Any, ...]:
-        timeout = self._settings.job_timeout_s if self._settings.job_timeout_s > 0 else None
+    def _roundtrip(
+        self, worker: _Worker, payload: memoryview, timeout: float | None
+    ) -> tuple[Any, ...]:
         try:
             worker.conn.send_bytes(payload)
             ready = multiprocessing.connection.wait([worker.conn, worker.process.sentinel], timeout)
@@ -253,7 +269,8 @@ class WorkerPool:
         if not ready:
             raise BridgeFailure(
                 "worker-timeout",
-                f"the job ran past job_timeout_s={self._settings.job_timeout_s}s and was killed",
+                f"the job ran past its time limit of {timeout}s "
+                f"(job_timeout_s={self._settings.job_timeout_s}) and was killed",
             )
         raise BridgeFailure(
             "worker-crashed", f"the worker (pid {worker.pid}) {_death(worker)} during the job"
@@ -343,6 +360,7 @@ def _outcome(reply: tuple[Any, ...]) -> Any:
 def _worker_main(conn: Connection, memory_mb: int, imports: tuple[str, ...]) -> None:
     """A worker's life: imports, memory limit, then one job per message until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch = _Watch(conn)
     try:
         for name in (*PRELOAD, *imports):
             importlib.import_module(name)
@@ -357,7 +375,7 @@ def _worker_main(conn: Connection, memory_mb: int, imports: tuple[str, ...]) -> 
             data = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        reply = _run(data)
+        reply = _run(data, watch)
         if reply is None:
             return
         try:
@@ -369,13 +387,72 @@ def _worker_main(conn: Connection, memory_mb: int, imports: tuple[str, ...]) -> 
             return
 
 
-def _run(data: bytes) -> tuple[Any, ...] | None:
+class _Watch:
+    """A thread that ends the worker, so that it never outlives a pool that is gone: when the
+    pool's end of the pipe closes during a job (the pool's process died), when its parent dies
+    (the forkserver), or when a job runs past its deadline; the kernel's RLIMIT_CPU backs it up
+    for a job that holds the GIL.
+
+    The forkserver cannot notice the pool's death itself: every worker holds the write end of
+    the pipe whose end-of-file would tell it, so it waits for the workers to go first.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.parent = os.getppid()
+        self.busy = False
+        self.deadline: float | None = None
+        threading.Thread(target=self._watch, name="pt2serde-worker-watch", daemon=True).start()
+
+    def start_job(self, timeout: float | None) -> None:
+        """Arm the deadline (and the CPU limit) for a job of at most `timeout` seconds."""
+        self.busy = True
+        if timeout is None:
+            self.deadline = None
+            return
+        grace = timeout + _SELF_KILL_GRACE_S
+        self.deadline = time.monotonic() + grace
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        spent = used.ru_utime + used.ru_stime
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(spent + grace) + 1
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            # SIGXCPU's default action ends the process, even one stuck in C code
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+    def end_job(self) -> None:
+        """Disarm the deadline."""
+        self.busy = False
+        self.deadline = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(_WATCH_INTERVAL_S)
+            deadline = self.deadline
+            late = deadline is not None and time.monotonic() > deadline
+            # during a job the pool sends nothing: a readable pipe is its end-of-file
+            orphaned = os.getppid() != self.parent or (self.busy and self._pipe_readable())
+            if late or orphaned:
+                os._exit(1)
+
+    def _pipe_readable(self) -> bool:
+        try:
+            return self.conn.poll(0)
+        except (OSError, EOFError):
+            return True
+
+
+def _run(data: bytes, watch: _Watch) -> tuple[Any, ...] | None:
     try:
         message = ForkingPickler.loads(data)
         if message is None:
             return None
-        job, args = message
-        return ("ok", _resolve(job)(*args))
+        job, args, timeout = message
+        watch.start_job(timeout)
+        try:
+            return ("ok", _resolve(job)(*args))
+        finally:
+            watch.end_job()
     except Failure as exc:
         return ("failure", type(exc), exc.code, exc.message, exc.issues)
     except Exception as exc:
