@@ -313,6 +313,18 @@ def load_average() -> str:
         return "n/a"
 
 
+#: RESULTS.md sections that tests measure and write (not `make bench`): a new run keeps them.
+KEPT_SECTIONS = ("## Web UI",)
+
+
+def kept_sections(previous: str) -> str:
+    """The sections of a previous RESULTS.md that `make bench` does not measure, from the first
+    such heading to the end (the tests that measure them append there)."""
+    starts = [previous.find(f"\n{heading}") for heading in KEPT_SECTIONS]
+    found = [i for i in starts if i >= 0]
+    return previous[min(found) + 1 :] if found else ""
+
+
 def document(
     rows: list[Row], facts: list[tuple[str, str]], notes: list[str], legend: list[str]
 ) -> str:

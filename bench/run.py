@@ -28,6 +28,7 @@ from bench.report import (
     document,
     hash_rows,
     http_row,
+    kept_sections,
     load_average,
     machine,
     table,
@@ -282,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + "\n".join(f"- {n}" for n in notes))
     out = args.out or (None if args.smoke else HERE / "RESULTS.md")
     if out is not None:
-        out.write_text(document(rows, facts, [], LEGEND))
+        previous = out.read_text() if out.exists() else ""
+        out.write_text(document(rows, facts, [], LEGEND) + kept_sections(previous))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
     return 1 if any(r.status == "FAIL" for r in rows) else 0

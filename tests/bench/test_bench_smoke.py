@@ -17,7 +17,7 @@ from bench.cases import Measured
 from bench.hf_programs import MODELS, hf_program
 from bench.measure import CheckFailed, Timing, timed
 from bench.programs import Cache, decoder_inputs, decoder_program, tiled_program
-from bench.report import timing_row
+from bench.report import kept_sections, timing_row
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_BENCHES = (
@@ -173,3 +173,9 @@ def test_hugging_face_programs_are_torch_exports_that_load_and_run(tmp_path: Pat
     args, kwargs = program.inputs()
     out = loaded.module()(*args, **kwargs)
     assert out.last_hidden_state.shape == (2, 5, 32)
+
+
+def test_a_new_results_file_keeps_the_sections_tests_measure() -> None:
+    previous = "# old\n\n| table |\n\n## Web UI: graph\n\nfigures\n"
+    assert kept_sections(previous) == "## Web UI: graph\n\nfigures\n"
+    assert kept_sections("# old\n\n| table |\n") == ""
