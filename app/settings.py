@@ -20,8 +20,12 @@ class Settings:
     http_workers: int = 0
     #: torch worker processes (each runs one job at a time).
     workers: int = 2
-    #: a torch job is killed past this many seconds.
+    #: a torch job is killed past this many seconds: the ceiling of every job's time limit.
     job_timeout_s: float = 120.0
+    #: a job's time limit is this many seconds plus job_timeout_per_mb_s per MiB of what it is
+    #: given (document and files), up to job_timeout_s; 0: every job gets job_timeout_s.
+    job_timeout_base_s: float = 30.0
+    job_timeout_per_mb_s: float = 4.0
     #: address-space limit of a torch worker, in MiB (0: no limit).
     worker_memory_mb: int = 4096
     #: a worker is replaced after this many jobs.

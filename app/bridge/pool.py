@@ -118,9 +118,11 @@ class WorkerPool:
         `job` is a module-level function or the name of one in app.bridge.jobs ("module:name" for
         others). A Failure the job raises is raised here with its code and issues; a dead worker
         raises `worker-crashed`, a slow one `worker-timeout`, a MemoryError `worker-out-of-memory`.
-        `timeout_s` shortens this job's time limit (job_timeout_s stays the ceiling).
+        The job's time limit is `timeout_s`, or else grows with the size of what it is given
+        (job_timeout_base_s plus job_timeout_per_mb_s per MiB of arguments and files); either
+        way job_timeout_s is the ceiling.
         """
-        timeout = self._timeout(timeout_s)
+        timeout = self._timeout(timeout_s if timeout_s is not None else self._scaled(args))
         payload = self._payload(job, args, timeout)
         worker = self._take()
         healthy = False
@@ -160,6 +162,19 @@ class WorkerPool:
                 worker.process.kill()
             else:
                 self._stop(worker, graceful=False)
+
+    def _scaled(self, args: tuple[Any, ...]) -> float | None:
+        settings = self._settings
+        if settings.job_timeout_base_s <= 0:
+            return None
+        size = 0
+        for arg in args:
+            if isinstance(arg, bytes | bytearray | memoryview | str):
+                size += len(arg)
+            elif isinstance(arg, os.PathLike):
+                with contextlib.suppress(OSError):
+                    size += os.path.getsize(arg)
+        return settings.job_timeout_base_s + settings.job_timeout_per_mb_s * size / MiB
 
     def _timeout(self, asked: float | None) -> float | None:
         ceiling = self._settings.job_timeout_s if self._settings.job_timeout_s > 0 else None

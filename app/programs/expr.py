@@ -27,6 +27,14 @@ MAX_DIGITS = 40
 MAX_EXPONENT = 64
 #: Largest binary precision of a sympy Float.
 MAX_PRECISION = 1024
+#: Most operands (names and numbers) in one text: sympy's work grows faster than their number.
+MAX_OPERANDS = 256
+#: Most arguments of one call.
+MAX_ARGUMENTS = 64
+#: Most arguments of all Max and Min calls of one text together: sympy flattens nested ones and
+#: compares their arguments pairwise (64 symbols took 2.8 s, 2500 pinned a worker for minutes).
+MAX_MINMAX_ARGUMENTS = 32
+_MINMAX = frozenset({"Max", "Min"})
 
 Mode = Literal["expression", "guard"]
 
@@ -274,6 +282,7 @@ class _Parser:
         self.tokens: list[_Token] = []
         self.i = 0
         self.depth = 0
+        self.minmax_arguments = 0
         self.symbols: set[str] = set()
 
     def run(self) -> Checked:
@@ -282,6 +291,9 @@ class _Parser:
         if not self.text.strip(" "):
             raise self._refuse("empty", 0)
         self.tokens = list(self._tokenize())
+        operands = sum(1 for t in self.tokens if t.kind in ("num", "name"))
+        if operands > MAX_OPERANDS:
+            raise self._refuse(f"more than {MAX_OPERANDS} operands", 0)
         value = self._guard() if self.mode == "guard" else self._comparison()
         if self._peek().kind != "end":
             raise self._refuse(f"unexpected {self._peek().text!r}", self._peek().pos)
@@ -544,6 +556,15 @@ class _Parser:
 
     def _apply(self, token: _Token, args: list[_Value], keywords: dict[str, _Value]) -> _Value:
         name = token.text
+        if len(args) > MAX_ARGUMENTS:
+            raise self._refuse(f"a call with more than {MAX_ARGUMENTS} arguments", token.pos)
+        if name in _MINMAX:
+            self.minmax_arguments += len(args)
+            if self.minmax_arguments > MAX_MINMAX_ARGUMENTS:
+                raise self._refuse(
+                    f"more than {MAX_MINMAX_ARGUMENTS} arguments to Max and Min together",
+                    token.pos,
+                )
         if name == "Symbol":
             return self._symbol(token, args, keywords)
         if name == "Float":

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
+import json
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,8 +20,10 @@ from app.api.uploads import MAX_PART_HEADER_BYTES
 from app.settings import Settings
 from tests.api.conftest import Server, upload_leftovers
 from tests.programs import archive_bytes
+from tests.registry.conftest import rewrite_member
 
 ZIP = {"Content-Type": "application/zip"}
+JSON = {"Content-Type": "application/json"}
 DOC = b'{"schema_version": {"major": 8, "minor": 20}}'
 
 
@@ -182,3 +187,56 @@ def test_range_requests(client: httpx.Client, stored: bytes) -> None:
         assert (whole.status_code, whole.content) == (200, stored), header
     stale = client.get(url, headers={"Range": f"bytes={size}-", "If-Range": '"old"'})
     assert (stale.status_code, stale.content) == (200, stored)
+
+
+def max_archive(operands: int, nested: bool = False) -> bytes:
+    """A dynamic-shape program whose first symbolic size is Max(s0, ..., s<operands - 1>)."""
+    x = torch.randn(4, 3)
+    dim = torch.export.Dim("n", min=2)
+    program = torch.export.export(torch.nn.ReLU(), (x,), dynamic_shapes=({0: dim},))
+    symbols = [f"s{i}" for i in range(operands)]
+    half = operands // 2
+    if nested:
+        expr = f"Max(Max({','.join(symbols[:half])}),Max({','.join(symbols[half:])}))"
+    else:
+        expr = f"Max({','.join(symbols)})"
+
+    def change(data: bytes) -> bytes:
+        doc = json.loads(data)
+        for meta in doc["graph_module"]["graph"]["tensor_values"].values():
+            for size in meta["sizes"]:
+                if "as_expr" in size:
+                    size["as_expr"]["expr_str"] = expr
+                    return json.dumps(doc).encode()
+        raise AssertionError("no symbolic size")
+
+    return rewrite_member(archive_bytes(program), "models/model.json", change)
+
+
+@pytest.mark.parametrize(("operands", "nested"), [(2500, False), (64, False), (40, True)])
+def test_a_huge_max_is_refused_quickly_and_others_are_served(
+    client: httpx.Client, server: Server, operands: int, nested: bool
+) -> None:
+    archive = max_archive(operands, nested)
+    assert len(archive) < 64 * 1024
+    timings: dict[str, float] = {}
+
+    def normal() -> None:
+        with server.client(timeout=30) as other:
+            time.sleep(0.2)
+            start = time.monotonic()
+            answer = other.post("/v1/validate?level=schema", content=DOC, headers=JSON)
+            timings["normal"] = time.monotonic() - start
+            assert answer.status_code == 200, answer.text
+
+    meanwhile = threading.Thread(target=normal)
+    meanwhile.start()
+    start = time.monotonic()
+    answer = client.post("/v1/validate?level=torch", content=archive, headers=ZIP)
+    elapsed = time.monotonic() - start
+    meanwhile.join()
+    assert elapsed < 5, elapsed
+    assert timings["normal"] < 2, timings
+    assert answer.status_code == 200, answer.text
+    codes = {f["code"] for f in answer.json()["findings"]}
+    assert "unsafe-expression" in codes, codes
