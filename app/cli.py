@@ -493,6 +493,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port or settings.port,
         workers=args.workers or settings.http_workers or os.cpu_count() or 1,
         log_level="info",
+        timeout_keep_alive=settings.http_keep_alive_s,
+        limit_concurrency=settings.http_max_connections or None,
+        timeout_graceful_shutdown=settings.http_graceful_shutdown_s,
     )
     return EXIT_OK
 

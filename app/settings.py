@@ -34,6 +34,15 @@ class Settings:
     #: job made it hold (about 1 GB after a large program); the next job starts one (0: never).
     worker_idle_s: float = 300.0
     max_upload_bytes: int = 512 * MiB
+    #: a request body that sends nothing for this many seconds is cut off (408).
+    body_idle_timeout_s: float = 30.0
+    #: an idle keep-alive connection is closed after this many seconds.
+    http_keep_alive_s: int = 5
+    #: connections and requests one HTTP process holds at once; past it new ones get 503
+    #: (0: no limit). Header-read timeouts need the reverse proxy (docker/nginx.conf).
+    http_max_connections: int = 1000
+    #: seconds a stopping server waits for requests in flight before it cancels them.
+    http_graceful_shutdown_s: int = 30
     #: parts a multipart form may have (a form needs at most a few; each part costs bookkeeping).
     max_form_parts: int = 16
     max_members: int = 10_000

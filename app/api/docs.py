@@ -25,6 +25,7 @@ _UPLOAD_PROBLEMS = (
     "bad-request",
     "bad-multipart",
     "too-many-parts",
+    "body-timeout",
     "missing-part",
     "payload-too-large",
     "unsupported-media-type",

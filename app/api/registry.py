@@ -108,10 +108,10 @@ async def _receive(request: Request, staged: Staged, settings: Settings) -> None
     if media == "multipart/form-data":
         parts = settings.max_form_parts
         splitter = FormSplitter(options.get(b"boundary"), _ArchivePart(staged), parts)
-        await stream_body(request, limit, splitter.feed)
+        await stream_body(request, limit, splitter.feed, settings.body_idle_timeout_s)
         splitter.finish()
     elif media in _ARCHIVE_TYPES:
-        await stream_body(request, limit, staged.write)
+        await stream_body(request, limit, staged.write, settings.body_idle_timeout_s)
     else:
         raise ServiceError(
             "unsupported-media-type",

@@ -8,6 +8,7 @@ registry streams its archive straight into its staging area).
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -98,16 +99,31 @@ def content_type(request: Request) -> tuple[str, dict[bytes, bytes]]:
 
 
 async def stream_body(
-    request: Request, limit: int, write: Callable[[bytes], object], hint: str = ""
+    request: Request,
+    limit: int,
+    write: Callable[[bytes], object],
+    idle_s: float,
+    hint: str = "",
 ) -> int:
-    """Feed the request body to `write` as it arrives; its size, refused over `limit` or empty."""
+    """Feed the request body to `write` as it arrives; its size, refused over `limit` or empty,
+    or when `idle_s` seconds pass without a byte (a client that stalls holds its connection and
+    its upload's file)."""
     too_large = f"the body is over the limit of {limit} bytes{hint}"
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise ServiceError("payload-too-large", too_large)
     size = 0
+    chunks = request.stream()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), idle_s if idle_s > 0 else None)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise ServiceError(
+                    "body-timeout", f"the body sent nothing for {idle_s} seconds"
+                ) from None
             size += len(chunk)
             if size > limit:
                 raise ServiceError("payload-too-large", too_large)
@@ -330,7 +346,8 @@ async def receive(request: Request, settings: Settings, hint: str = "") -> Async
             try:
                 splitter = FormSplitter(options.get(b"boundary"), files, settings.max_form_parts)
                 form_limit = MAX_FORM_FILES * limit + _FORM_OVERHEAD
-                await stream_body(request, form_limit, splitter.feed, hint)
+                idle = settings.body_idle_timeout_s
+                await stream_body(request, form_limit, splitter.feed, idle, hint)
                 splitter.finish()
             finally:
                 files.close()
@@ -338,7 +355,9 @@ async def receive(request: Request, settings: Settings, hint: str = "") -> Async
         else:
             raw = folder / "body"
             with raw.open("wb") as out:
-                size = await stream_body(request, limit, out.write, hint)
+                size = await stream_body(
+                    request, limit, out.write, settings.body_idle_timeout_s, hint
+                )
             yield Upload({"body": Part("body", raw, size, _media(media_type, raw))})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
