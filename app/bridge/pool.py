@@ -422,15 +422,17 @@ class _Watch:
     def start_job(self, timeout: float | None) -> None:
         """Arm the deadline (and the CPU limit) for a job of at most `timeout` seconds."""
         self.busy = True
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         if timeout is None:
             self.deadline = None
+            resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
             return
         grace = timeout + _SELF_KILL_GRACE_S
         self.deadline = time.monotonic() + grace
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime + used.ru_stime
-        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        soft = int(spent + grace) + 1
+        # CPU time adds up over every thread: torch's intra-op threads may each use the whole job
+        soft = int(spent + grace * (os.cpu_count() or 1)) + 1
         if hard == resource.RLIM_INFINITY or soft < hard:
             # SIGXCPU's default action ends the process, even one stuck in C code
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
