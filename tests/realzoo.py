@@ -140,20 +140,40 @@ def _causal_lm(name: str, config_name: str, model_name: str, **extra: Any) -> Re
     return _export(name, model, kwargs={"input_ids": _ids()})
 
 
-def _gpt2() -> RealProgram:
+def tiny_hf_model(arch: str, layers: int = LAYERS) -> nn.Module:
+    """A tiny Hugging Face model in eval mode, random weights from its config alone: "gpt2"
+    (GPT2LMHeadModel), "bert" (BertModel) or "vit" (ViTModel, 16x16 images of 3 channels)."""
     tf = _transformers()
-    config = tf.GPT2Config(
-        vocab_size=VOCAB,
-        n_embd=HIDDEN,
-        n_layer=LAYERS,
-        n_head=HEADS,
-        n_inner=FFN,
-        n_positions=POSITIONS,
-        bos_token_id=1,
-        eos_token_id=2,
-        use_cache=False,
-    )
-    return _export("gpt2", tf.GPT2LMHeadModel(config).eval(), kwargs={"input_ids": _ids()})
+    if arch == "gpt2":
+        gpt2 = tf.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=HIDDEN,
+            n_layer=layers,
+            n_head=HEADS,
+            n_inner=FFN,
+            n_positions=POSITIONS,
+            bos_token_id=1,
+            eos_token_id=2,
+            use_cache=False,
+        )
+        return tf.GPT2LMHeadModel(gpt2).eval()
+    shared = {
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": layers,
+        "num_attention_heads": HEADS,
+        "intermediate_size": FFN,
+    }
+    if arch == "bert":
+        bert = tf.BertConfig(vocab_size=VOCAB, max_position_embeddings=POSITIONS, **shared)
+        return tf.BertModel(bert).eval()
+    if arch == "vit":
+        vit = tf.ViTConfig(image_size=16, patch_size=8, num_channels=3, **shared)
+        return tf.ViTModel(vit).eval()
+    raise ValueError(f"no tiny Hugging Face model {arch!r}")
+
+
+def _gpt2() -> RealProgram:
+    return _export("gpt2", tiny_hf_model("gpt2"), kwargs={"input_ids": _ids()})
 
 
 def _masked_inputs(batch: int, seq: int, **extra: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -182,16 +202,6 @@ def _llama_dynamic() -> RealProgram:
 
 
 def _bert_dynamic() -> RealProgram:
-    tf = _transformers()
-    config = tf.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        intermediate_size=FFN,
-        max_position_embeddings=POSITIONS,
-    )
-
     def inputs(batch: int, seq: int) -> dict[str, torch.Tensor]:
         types = torch.zeros(batch, seq, dtype=torch.long)
         types[:, seq // 2 :] = 1
@@ -199,7 +209,7 @@ def _bert_dynamic() -> RealProgram:
 
     return _export(
         "bert_dynamic",
-        tf.BertModel(config).eval(),
+        tiny_hf_model("bert"),
         kwargs=inputs(BATCH, SEQ),
         more=(((), inputs(5, 3)),),
         dynamic_shapes=_batch_and_seq(["input_ids", "attention_mask", "token_type_ids"]),
@@ -297,17 +307,7 @@ def _bart() -> RealProgram:
 
 
 def _vit() -> RealProgram:
-    tf = _transformers()
-    config = tf.ViTConfig(
-        hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        intermediate_size=FFN,
-        image_size=16,
-        patch_size=8,
-        num_channels=3,
-    )
-    model = tf.ViTModel(config).eval()
+    model = tiny_hf_model("vit")
     return _export("vit", model, kwargs={"pixel_values": torch.randn(BATCH, 3, 16, 16)})
 
 
