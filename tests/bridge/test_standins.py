@@ -35,6 +35,7 @@ from app.bridge.standins import StandIn, StandInType, stand_ins, unknown_types
 from app.settings import Settings
 from tests.bridge import pool_jobs
 from tests.programs import PROGRAM_NAMES, outputs_close
+from tests.realzoo import VOCAB, tiny_hf_model
 
 # ---------------------------------------------------------------- user types and programs
 
@@ -101,36 +102,14 @@ def _scores() -> Case:
 
 
 def _vit() -> Case:
-    from transformers import ViTConfig, ViTModel
-
-    config = ViTConfig(
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=37,
-        image_size=16,
-        patch_size=8,
-    )
-    model = ViTModel(config).eval()
+    model = tiny_hf_model("vit", layers=1)
     args = (torch.randn(1, 3, 16, 16),)
     return Case(torch.export.export(model, args), args, (HF_OUTPUTS[0],))
 
 
 def _gpt2() -> Case:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config(
-        n_layer=2,
-        n_head=2,
-        n_embd=32,
-        vocab_size=100,
-        n_positions=64,
-        use_cache=False,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    model = GPT2LMHeadModel(config).eval()
-    args = (torch.randint(0, 100, (1, 8)),)
+    model = tiny_hf_model("gpt2")
+    args = (torch.randint(0, VOCAB, (1, 8)),)
     return Case(torch.export.export(model, args), args, (HF_OUTPUTS[1],))
 
 
