@@ -76,13 +76,6 @@ def no_cycle_collection() -> Iterator[None]:
     try:
         yield
     finally:
-        if gc.get_freeze_count() == 0:
-            # The collector would walk every object made here at its next young collection
-            # (they all count as young). Freezing and thawing at once moves them, and whatever
-            # else is tracked, to the oldest generation without a walk; nothing the caller froze
-            # must be thawed, hence only when nothing is frozen.
-            gc.freeze()
-            gc.unfreeze()
         if enabled:
             gc.enable()
 
