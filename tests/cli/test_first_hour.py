@@ -22,6 +22,7 @@ from torch import nn
 from app.cli import main
 from tests.api.conftest import Server, start_server, stop_server
 from tests.programs import ZooProgram, archive_bytes, outputs_close, torch_json
+from tests.realzoo import VOCAB, tiny_hf_model
 
 #: The upload limit of this file's server: one zoo archive fits, two together do not.
 UPLOAD_LIMIT = 20_000
@@ -58,19 +59,9 @@ def cli(*args: str, cwd: Path, umask: int = 0o022) -> Ran:
 
 
 def _bert() -> tuple[torch.export.ExportedProgram, nn.Module, torch.Tensor]:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    from transformers import BertConfig, BertModel
-
     torch.manual_seed(0)
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=100,
-    )
-    model = BertModel(config).eval()
-    ids = torch.randint(0, 100, (1, 8))
+    model = tiny_hf_model("bert")
+    ids = torch.randint(0, VOCAB, (1, 8))
     return torch.export.export(model, (ids,)), model, ids
 
 
