@@ -11,7 +11,6 @@ repeated), so that it measures the browser: the server's time to build that answ
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -27,6 +26,7 @@ from torch import nn
 from schema.dtypes import DTYPE_NAMES
 from tests.api.conftest import Server, start_server, stop_server
 from tests.programs import archive_bytes, build_program
+from tests.realzoo import VOCAB, tiny_hf_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).parent / "screenshots"
@@ -72,19 +72,8 @@ def _small(extra: bool, outputs: int = 4) -> bytes:
 
 
 def _bert() -> bytes:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import transformers
-
-    config = transformers.BertConfig(
-        vocab_size=128,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
-    model = transformers.BertModel(config).eval()
+    model = tiny_hf_model("bert")
+    ids = torch.randint(3, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
     # input_ids alone: the attention mask's `add(Tensor, int)` is refused by semantic validation
     # at the time of writing, which another change is about.
     return archive_bytes(torch.export.export(model, (), {"input_ids": ids}, strict=False))
