@@ -29,6 +29,7 @@ from app.programs import opset
 from app.programs.validation import validate_bytes
 from app.settings import Settings
 from tests.programs import PROGRAM_NAMES, archive_bytes
+from tests.realzoo import VOCAB, tiny_hf_model
 
 ROOT = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]
@@ -66,28 +67,12 @@ class _Plain(torch.nn.Module):
 
 
 def _hugging_face() -> dict[str, bytes]:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import transformers
-
     torch.manual_seed(0)
-    gpt2 = transformers.GPT2Config(
-        n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=64, use_cache=False
-    )
-    gpt2.bos_token_id = gpt2.eos_token_id = 0
-    bert = transformers.BertConfig(
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        hidden_size=16,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        vocab_size=64,
-        use_cache=False,
-    )
     models = {
-        "gpt2": _Plain(transformers.GPT2LMHeadModel(gpt2), ("logits",)),
-        "bert": _Plain(transformers.BertModel(bert), ("last_hidden_state", "pooler_output")),
+        "gpt2": _Plain(tiny_hf_model("gpt2", layers=1), ("logits",)),
+        "bert": _Plain(tiny_hf_model("bert", layers=1), ("last_hidden_state", "pooler_output")),
     }
-    ids = torch.arange(8).reshape(1, 8) % 64
+    ids = torch.arange(8).reshape(1, 8) % VOCAB
     return {
         name: archive_bytes(torch.export.export(model.eval(), (ids,)))
         for name, model in models.items()
