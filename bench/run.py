@@ -284,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (None if args.smoke else HERE / "RESULTS.md")
     if out is not None:
         previous = out.read_text() if out.exists() else ""
-        out.write_text(document(rows, facts, [], LEGEND) + kept_sections(previous))
+        kept = kept_sections(previous)
+        out.write_text(document(rows, facts, [], LEGEND) + ("\n" + kept if kept else ""))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
     return 1 if any(r.status == "FAIL" for r in rows) else 0
