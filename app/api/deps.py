@@ -8,10 +8,11 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
+from app import operations as ops
 from app.api.uploads import Upload, receive
 from app.bridge import WorkerPool
 from app.settings import Settings
@@ -82,7 +83,20 @@ def output() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def inspect_request(
+    view: ops.View = "modules",
+    depth: Annotated[int, Query(ge=0, le=1000)] = 1,
+    stages: Annotated[int, Query(ge=1, le=10_000)] = 2,
+    by: Literal["param_bytes", "nodes"] = "param_bytes",
+    supported: Annotated[list[str] | None, Query()] = None,
+    allow_single_node: bool = False,
+) -> ops.InspectRequest:
+    """The view an inspect route is asked for, and its knobs (the same query for every route)."""
+    return ops.InspectRequest(view, depth, stages, by, tuple(supported or ()), allow_single_node)
+
+
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 PoolDep = Annotated[LazyPool, Depends(pool_of)]
 UploadDep = Annotated[Upload, Depends(upload)]
 OutputDep = Annotated[Path, Depends(output)]
+InspectDep = Annotated[ops.InspectRequest, Depends(inspect_request)]

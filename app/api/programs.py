@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 import schema
 from app import operations as ops
-from app.api.deps import OutputDep, PoolDep, SettingsDep, UploadDep, settings_of
+from app.api.deps import InspectDep, OutputDep, PoolDep, SettingsDep, UploadDep, settings_of
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part, Upload, receive
@@ -240,21 +240,15 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
 def inspect(
     upload: UploadDep,
     settings: SettingsDep,
-    view: ops.View = "modules",
-    depth: Annotated[int, Query(ge=0, le=1000)] = 1,
-    stages: Annotated[int, Query(ge=1, le=10_000)] = 2,
-    by: Literal["param_bytes", "nodes"] = "param_bytes",
-    supported: Annotated[list[str] | None, Query()] = None,
-    allow_single_node: bool = False,
+    request: InspectDep,
     model: str | None = None,
 ) -> dict[str, Any]:
     """What is in a program: module tree, module graph, pipeline stages, partitions for a set of
     supported operators (targets or namespaces), operator histogram, or weights."""
     part = upload.one("file", "document")
-    request = ops.InspectRequest(view, depth, stages, by, tuple(supported or ()), allow_single_node)
     with ops.open_source(part.path, _source_media(part), settings) as source:
         result = ops.inspect(source, settings, request, model)
-    return {"view": view, **result.model_dump(mode="json")}
+    return {"view": request.view, **result.model_dump(mode="json")}
 
 
 #: Ends the payload-too-large detail of a diff: where the same diff can be had without uploads.

@@ -3,13 +3,13 @@ and validation views of a stored version, read from the registry without uploadi
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app import operations as ops
-from app.api.deps import SettingsDep, UploadDep
+from app.api.deps import InspectDep, SettingsDep, UploadDep
 from app.api.docs import READ_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
@@ -103,18 +103,12 @@ def version_inspect(
     ref: str,
     registry: RegistryDep,
     settings: SettingsDep,
-    view: ops.View = "modules",
-    depth: Annotated[int, Query(ge=0, le=1000)] = 1,
-    stages: Annotated[int, Query(ge=1, le=10_000)] = 2,
-    by: Literal["param_bytes", "nodes"] = "param_bytes",
-    supported: Annotated[list[str] | None, Query()] = None,
-    allow_single_node: bool = False,
+    request: InspectDep,
 ) -> dict[str, object]:
     """A stored version through one view of `POST /v1/inspect` (same parameters)."""
-    request = ops.InspectRequest(view, depth, stages, by, tuple(supported or ()), allow_single_node)
     with registry.source(name, ref) as (info, source):
         result = ops.inspect(source, settings, request, info.archive_model)
-    return {"view": view, **result.model_dump(mode="json")}
+    return {"view": request.view, **result.model_dump(mode="json")}
 
 
 @router.get(
