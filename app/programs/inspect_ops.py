@@ -5,48 +5,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from app.programs import opset
 from app.programs.inspect_common import subgraph_inputs, target_namespace, walk_subgraphs
 from app.programs.inspect_models import OperatorCounts, OperatorStats
 from schema.models import ExportedProgram, Node
 
-#: Operator namespaces importing torch 2.13 (CPU) registers, plus higher-order operators: a
-#: document using only these loads without importing anything else first.
-TORCH_NAMESPACES = frozenset(
-    {
-        "aten",
-        "prims",
-        "higher_order",
-        "_c10d_functional",
-        "_c10d_functional_autograd",
-        "_dtensor",
-        "_native",
-        "_quantized",
-        "_test",
-        "c10d",
-        "debug_mode_ops",
-        "debugprims",
-        "export",
-        "inductor",
-        "inductor_prims",
-        "mkl",
-        "mkldnn",
-        "mkldnn_prepacked",
-        "onednn",
-        "profiler",
-        "quantization",
-        "quantized",
-        "rngprims",
-        "sparse",
-        "static_runtime",
-        "symm_mem",
-    }
-)
+#: Namespaces a well-known library outside torch defines in a module of that name.
+_LIBRARY_MODULES: dict[str, str] = {"torchao": "torchao"}
+#: The module to import first for each namespace whose provider is known.
+PROVIDERS: dict[str, str] = {**opset.TORCH_NAMESPACE_MODULES, **_LIBRARY_MODULES}
 
-#: Namespaces torch or a well-known library defines in a Python module that must be imported.
-PROVIDERS: dict[str, str] = {
-    "quantized_decomposed": "torch.ao.quantization.fx._decomposed",
-    "torchao": "torchao",
-}
+
+def _torch_namespace(namespace: str) -> bool:
+    """Registered by torch itself: a document using only these loads without imports."""
+    return namespace == "higher_order" or opset.is_builtin_namespace(namespace)
 
 
 def _counts(nodes: Iterable[Node]) -> OperatorCounts:
@@ -72,7 +44,7 @@ def operators(doc: ExportedProgram) -> OperatorStats:
         {
             target_namespace(target)
             for target in total.by_target
-            if target.startswith("torch.ops.") and target_namespace(target) not in TORCH_NAMESPACES
+            if target.startswith("torch.ops.") and not _torch_namespace(target_namespace(target))
         }
     )
     placeholders = len(doc.graph_module.signature.input_specs)
