@@ -235,11 +235,7 @@ def _strip_aliases(kind: str) -> tuple[str, list[str]]:
             bare.append(word.group())
             i = word.end()
             if word.group() in _CONSTRUCTORS and kind.startswith("(", i):
-                end = _closing(kind, i)
-                inner, nested = _strip_aliases(kind[i + 1 : end])
-                bare.append(f"({inner})")
-                aliases.extend(nested)
-                i = end + 1
+                i = _group(kind, i, bare, aliases)
             continue
         if kind[i] == "(" and bare and (bare[-1][-1:].isalnum() or bare[-1][-1:] in ")]?_"):
             end = _closing(kind, i)
@@ -247,15 +243,21 @@ def _strip_aliases(kind: str) -> tuple[str, list[str]]:
             i = end + 1
             continue
         if kind[i] == "(":
-            end = _closing(kind, i)
-            inner, nested = _strip_aliases(kind[i + 1 : end])
-            bare.append(f"({inner})")
-            aliases.extend(nested)
-            i = end + 1
+            i = _group(kind, i, bare, aliases)
             continue
         bare.append(kind[i])
         i += 1
     return "".join(bare), aliases
+
+
+def _group(kind: str, start: int, bare: list[str], aliases: list[str]) -> int:
+    """Strip the parenthesized group opening at `start` into `bare` and `aliases`; the index
+    after it."""
+    end = _closing(kind, start)
+    inner, nested = _strip_aliases(kind[start + 1 : end])
+    bare.append(f"({inner})")
+    aliases.extend(nested)
+    return end + 1
 
 
 # ---------------------------------------------------------------- how torch resolves names
