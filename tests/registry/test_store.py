@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 import schema
 from app import operations as ops
@@ -23,7 +25,7 @@ from app.registry import (
     ValueSummary,
     VersionInfo,
 )
-from app.registry.db import metadata
+from app.registry.db import MIGRATIONS, metadata
 from tests.programs import ZooProgram
 from tests.registry.conftest import (
     Backend,
@@ -52,11 +54,19 @@ def failure(code: str) -> pytest.RaisesExc[RegistryFailure]:
     return pytest.raises(RegistryFailure, check=lambda e: e.code == code)
 
 
+def _alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
 def test_migrations_create_exactly_the_tables(registry: Registry) -> None:
     with registry.db.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
         version = MigrationContext.configure(conn).get_current_revision()
-    assert version == "0001"
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert version == head
+    assert head == sorted(p.stem.split("_")[0] for p in MIGRATIONS.glob("versions/0*.py"))[-1]
     # a second open (another process) finds the schema current and changes nothing
     Registry(registry.settings).close()
 
