@@ -1,0 +1,243 @@
+"""The one graph model every pass shares: graphs and subgraphs, the values an argument
+references, and definitions before uses.
+
+An argument's *leaves* are what torch's serializer (``_get_argument`` in
+torch/_export/serde/serialize.py) sees in it: one leaf per tensor, symbol or script object slot,
+a literal slot (a SymInt's ``as_int``, an absent optional tensor) being a leaf without a name.
+``as_string_to_argument`` nests whole arguments; torch's canonical form does not look inside
+(`leaves`), every other pass does (`nested_leaves`, `references`, `values`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal, NamedTuple
+
+import schema
+from schema.errors import pointer
+
+Kind = Literal["tensor", "sym_int", "sym_bool", "sym_float", "custom_obj"]
+
+#: The value map of a graph that holds the metadata of each kind of value.
+VALUE_MAPS: dict[Kind, str] = {
+    "tensor": "tensor_values",
+    "sym_int": "sym_int_values",
+    "sym_float": "sym_float_values",
+    "sym_bool": "sym_bool_values",
+    "custom_obj": "custom_obj_values",
+}
+
+#: The JSON pointer of a document's top graph.
+TOP_GRAPH = "/graph_module/graph"
+
+
+class Leaf(NamedTuple):
+    """One value slot of an argument: its name (None for a literal), kind, pointer below it."""
+
+    name: str | None
+    kind: Kind
+    at: str
+
+
+_SYM_NAMES = (
+    schema.SymIntArgumentAsName,
+    schema.SymFloatArgumentAsName,
+    schema.SymBoolArgumentAsName,
+)
+
+
+def _sym(item: Any, kind: Kind, at: str) -> Leaf:
+    if type(item) in _SYM_NAMES:
+        return Leaf(item.as_name, kind, f"{at}/as_name")
+    return Leaf(None, kind, at)
+
+
+def _syms(items: list[Any], kind: Kind, key: str) -> list[Leaf]:
+    return [_sym(item, kind, f"/{key}/{i}") for i, item in enumerate(items)]
+
+
+def _optional(item: Any, at: str) -> Leaf:
+    if type(item) is schema.OptionalTensorArgumentAsTensor:
+        return Leaf(item.as_tensor.name, "tensor", f"{at}/as_tensor/name")
+    return Leaf(None, "tensor", at)
+
+
+#: The leaves of each Argument arm that has any (torch's ``_get_argument``).
+_LEAVES: dict[type[Any], Callable[[Any], list[Leaf]]] = {
+    schema.ArgumentAsTensor: lambda a: [Leaf(a.as_tensor.name, "tensor", "/as_tensor/name")],
+    schema.ArgumentAsTensors: lambda a: [
+        Leaf(t.name, "tensor", f"/as_tensors/{i}/name") for i, t in enumerate(a.as_tensors)
+    ],
+    schema.ArgumentAsSymInt: lambda a: [_sym(a.as_sym_int, "sym_int", "/as_sym_int")],
+    schema.ArgumentAsSymInts: lambda a: _syms(a.as_sym_ints, "sym_int", "as_sym_ints"),
+    schema.ArgumentAsSymFloat: lambda a: [_sym(a.as_sym_float, "sym_float", "/as_sym_float")],
+    schema.ArgumentAsSymFloats: lambda a: _syms(a.as_sym_floats, "sym_float", "as_sym_floats"),
+    schema.ArgumentAsSymBool: lambda a: [_sym(a.as_sym_bool, "sym_bool", "/as_sym_bool")],
+    schema.ArgumentAsSymBools: lambda a: _syms(a.as_sym_bools, "sym_bool", "as_sym_bools"),
+    schema.ArgumentAsOptionalTensors: lambda a: [
+        _optional(t, f"/as_optional_tensors/{i}") for i, t in enumerate(a.as_optional_tensors)
+    ],
+    schema.ArgumentAsOptionalTensor: lambda a: [
+        _optional(a.as_optional_tensor, "/as_optional_tensor")
+    ],
+    schema.ArgumentAsCustomObj: lambda a: [
+        Leaf(a.as_custom_obj.name, "custom_obj", "/as_custom_obj/name")
+    ],
+    schema.ArgumentAsNestedTensors: lambda a: [
+        Leaf(t.name, "tensor", f"/as_nested_tensors/{i}/{j}/name")
+        for i, row in enumerate(a.as_nested_tensors)
+        for j, t in enumerate(row)
+    ],
+}
+
+_NO_LEAVES: list[Leaf] = []
+
+
+def leaves(arg: Any) -> list[Leaf]:
+    """The argument's own leaves, in torch's order; nothing inside ``as_string_to_argument``."""
+    get = _LEAVES.get(type(arg))
+    return _NO_LEAVES if get is None else get(arg)
+
+
+def nested_leaves(arg: Any) -> list[Leaf]:
+    """The argument's leaves, including those of the arguments an ``as_string_to_argument``
+    holds (their pointers run through the map's keys)."""
+    if type(arg) is not schema.ArgumentAsStringToArgument:
+        return leaves(arg)
+    found: list[Leaf] = []
+    for key, sub in arg.as_string_to_argument.items():
+        where = pointer(["as_string_to_argument", key])
+        found.extend(Leaf(n, k, where + at) for n, k, at in nested_leaves(sub))
+    return found
+
+
+def references(arg: Any, path: str = "") -> Iterator[tuple[str, str, Kind]]:
+    """Every value name an argument mentions: (name, pointer to the name, kind of value)."""
+    for name, kind, at in nested_leaves(arg):
+        if name is not None:
+            yield name, path + at, kind
+
+
+def values(arg: Any) -> list[str]:
+    """Names of the values (tensors, symbols, script objects) an argument refers to."""
+    return [leaf.name for leaf in nested_leaves(arg) if leaf.name is not None]
+
+
+# ---------------------------------------------------------------- graphs and subgraphs
+
+
+class GraphSite(NamedTuple):
+    """A graph of a program: the graph, its JSON pointer, its dotted name and owning node."""
+
+    graph: schema.Graph
+    pointer: str
+    #: the names of the graph arguments leading to it, joined by "." ("" for the top graph)
+    dotted: str
+    #: the higher-order operator node that takes it (None for the top graph)
+    owner: schema.Node | None
+
+
+def subgraphs(arg: Any, path: str) -> Iterator[tuple[schema.GraphArgument, str]]:
+    """The graphs an argument carries (HOP branches and bodies), with their pointers."""
+    if isinstance(arg, schema.ArgumentAsGraph):
+        yield arg.as_graph, f"{path}/as_graph/graph"
+    elif isinstance(arg, schema.ArgumentAsStringToArgument):
+        for key, sub in arg.as_string_to_argument.items():
+            yield from subgraphs(sub, path + pointer(["as_string_to_argument", key]))
+
+
+def walk_graphs(graph: schema.Graph, path: str = TOP_GRAPH) -> Iterator[GraphSite]:
+    """`graph` and every graph nested in it, outer before inner, in argument order."""
+    stack = [GraphSite(graph, path, "", None)]
+    while stack:
+        site = stack.pop()
+        yield site
+        found: list[GraphSite] = []
+        for i, node in enumerate(site.graph.nodes):
+            for j, named in enumerate(node.inputs):
+                where = f"{site.pointer}/nodes/{i}/inputs/{j}/arg"
+                for sub, at in subgraphs(named.arg, where):
+                    dotted = f"{site.dotted}.{sub.name}" if site.dotted else sub.name
+                    found.append(GraphSite(sub.graph, at, dotted, node))
+        stack.extend(reversed(found))
+
+
+# ---------------------------------------------------------------- definitions before uses
+
+
+Status = Literal["ok", "redefined", "later", "undefined"]
+
+
+class Ref(NamedTuple):
+    """One definition or use of a value name in a graph, and how it stands.
+
+    A definition is "ok" or "redefined"; a use is "ok" (defined before), "later" (defined only
+    further down) or "undefined".
+    """
+
+    name: str
+    kind: Kind
+    defines: bool
+    #: the node's position, or None for the graph's own inputs (definitions) and outputs (uses)
+    node: int | None
+    #: the argument's position among the graph's or node's inputs or outputs
+    slot: int
+    #: pointer from the argument to the name
+    leaf: str
+    status: Status
+
+    def argument(self, graph: str) -> str:
+        """The JSON pointer of the argument holding the name, below the graph at `graph`."""
+        if self.node is None:
+            return f"{graph}/{'inputs' if self.defines else 'outputs'}/{self.slot}"
+        side = "outputs" if self.defines else "inputs"
+        arg = "" if self.defines else "/arg"
+        return f"{graph}/nodes/{self.node}/{side}/{self.slot}{arg}"
+
+    def pointer(self, graph: str) -> str:
+        """The JSON pointer of the name itself, below the graph at `graph`."""
+        return self.argument(graph) + self.leaf
+
+
+def scope(
+    graph: schema.Graph,
+    walk: Callable[[Any], list[Leaf]] = nested_leaves,
+    inputs: Iterable[tuple[int, Any]] | None = None,
+) -> Iterator[Ref]:
+    """Every definition and use of a graph in program order: the inputs, then per node its
+    inputs (uses) and outputs (definitions), then the graph's outputs (uses).
+
+    `walk` gives an argument's leaves (`leaves` to look as torch's canonical form does);
+    `inputs` are (position, argument) pairs when the inputs are to be taken in another order.
+    """
+    ins = list(enumerate(graph.inputs) if inputs is None else inputs)
+    first: set[str] = set()
+    for _, arg in ins:
+        first.update(leaf.name for leaf in walk(arg) if leaf.name is not None)
+    for node in graph.nodes:
+        for out in node.outputs:
+            first.update(leaf.name for leaf in walk(out) if leaf.name is not None)
+    defined: set[str] = set()
+
+    def define(args: Iterable[tuple[int, Any]], node: int | None) -> Iterator[Ref]:
+        for slot, arg in args:
+            for name, kind, at in walk(arg):
+                if name is not None:
+                    known = name in defined
+                    defined.add(name)
+                    yield Ref(name, kind, True, node, slot, at, "redefined" if known else "ok")
+
+    def use(args: Iterable[tuple[int, Any]], node: int | None) -> Iterator[Ref]:
+        for slot, arg in args:
+            for name, kind, at in walk(arg):
+                if name is not None:
+                    status: Status = (
+                        "ok" if name in defined else "later" if name in first else "undefined"
+                    )
+                    yield Ref(name, kind, False, node, slot, at, status)
+
+    yield from define(ins, None)
+    for i, node in enumerate(graph.nodes):
+        yield from use(((j, named.arg) for j, named in enumerate(node.inputs)), i)
+        yield from define(enumerate(node.outputs), i)
+    yield from use(enumerate(graph.outputs), None)
