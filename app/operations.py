@@ -29,7 +29,7 @@ from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
-from app.programs.inspect_common import graph_weights
+from app.programs.inspect.common import graph_weights
 from app.programs.screen import refuse_if_unsafe, screen
 from app.programs.validation import (
     Finding,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import schema
-from app.programs.diff_interface import expression_text
-from app.programs.inspect_common import graph_weights, meta_numel_bytes
+from app.programs.inspect import size_value, weight_counts
 
 
 class ValueSummary(BaseModel):
@@ -32,12 +31,6 @@ class Summary(BaseModel):
     nodes: int
 
 
-def _size(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int | str:
-    if isinstance(value, schema.SymIntAsInt):
-        return value.as_int
-    return expression_text(value.as_expr.expr_str)
-
-
 def _value(arg: object, metas: dict[str, schema.TensorMeta]) -> ValueSummary:
     kind = str(getattr(arg, "kind", type(arg).__name__))
     inner = getattr(arg, "value", None)
@@ -49,7 +42,7 @@ def _value(arg: object, metas: dict[str, schema.TensorMeta]) -> ValueSummary:
             name=inner.name,
             kind=kind,
             dtype=meta.dtype.name,
-            shape=[_size(s) for s in meta.sizes],
+            shape=[size_value(s) for s in meta.sizes],
         )
     return ValueSummary(name=_name(inner), kind=kind)
 
@@ -78,14 +71,13 @@ def summarize(doc: schema.ExportedProgram) -> Summary:
         for spec in signature.output_specs
         if isinstance(spec, schema.OutputSpecUserOutput)
     ]
-    weights = graph_weights(doc)
-    counts = [meta_numel_bytes(w.meta) for w in weights if w.kind == "parameter"]
+    counts = weight_counts(doc)
     return Summary(
         inputs=inputs,
         outputs=outputs,
-        parameter_count=None if None in counts else sum(c[0] for c in counts if c is not None),
-        parameters=len(counts),
-        buffers=sum(w.kind == "buffer" for w in weights),
-        constants=sum(w.kind == "constant" for w in weights),
+        parameter_count=counts.parameter_count,
+        parameters=counts.parameters,
+        buffers=counts.buffers,
+        constants=counts.constants,
         nodes=len(graph.nodes),
     )

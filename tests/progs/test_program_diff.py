@@ -27,8 +27,8 @@ from app.programs.diff import (
     diff_programs,
     render_text,
 )
-from app.programs.diff_models import OutputMetaChange
-from app.programs.diff_nodes import canonical_graph
+from app.programs.diff.models import OutputMetaChange
+from app.programs.diff.nodes import canonical_graph
 from app.settings import Settings
 from tests.programs import (
     PROGRAM_NAMES,

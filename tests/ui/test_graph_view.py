@@ -1,4 +1,4 @@
-"""The graph answer the UI draws (app.programs.graph_view), against torch's own graph modules."""
+"""The graph answer the UI draws (app.programs.inspect.graph_view), against torch's modules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import schema
-from app.programs.graph_view import ProgramGraph, program_graph
+from app.programs.inspect.graph_view import ProgramGraph, program_graph
 from tests.programs import build_program, torch_json
 
 

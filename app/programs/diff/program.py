@@ -1,50 +1,26 @@
-"""What changed between two exported programs: nodes, interface, weights, ranges, opsets, modules.
-
-`diff_programs` compares two documents, and their stored tensors when a `WeightSource` is
-given for each side; `diff_sources` reads both sides of a request the way every operation
-does. The result's summary is one of:
-
-- ``identical``: nothing differs (weights included when both sides came with them);
-- ``same-graph-new-weights``: only stored tensor values (or their layout) differ;
-- ``compatible``: the program changed, but every call the old one accepted still works;
-- ``breaking``: some interface change may break a caller.
-
-Nodes are aligned structurally (`app.programs.diff_nodes`), so names, node metadata and the
-order torch happened to emit never count as changes; nor do the Python modules the model's
-classes were defined in (module types are compared by class name), nor a different torch
-version alone (reported, but no verdict changes for it).
-"""
+"""The comparison of two programs: each part compared, then counted and given a verdict."""
 
 from __future__ import annotations
 
-from app.programs.diff_interface import Symbols, compare_interface, compare_ranges, match_inputs
-from app.programs.diff_models import (
-    ArgumentChange,
+from app.programs.diff.interface import Symbols, compare_interface, compare_ranges, match_inputs
+from app.programs.diff.models import (
     Counts,
     FieldChange,
-    GraphDiff,
-    InterfaceChange,
     ModuleChange,
-    NodeChange,
-    NodeRef,
     OpsetChange,
     ProgramDiff,
-    RangeChange,
     Summary,
-    ValueStats,
     Verdict,
     WeightChange,
 )
-from app.programs.diff_nodes import Ref, Sides, build_graph, canonical_graph, diff_graphs
-from app.programs.diff_weights import (
-    ArchiveWeights,
-    RawWeights,
-    StoredTensor,
+from app.programs.diff.nodes import Ref, Sides, build_graph, canonical_graph, diff_graphs
+from app.programs.diff.text import plural
+from app.programs.diff.weights import (
     WeightSource,
     compare_weights,
 )
 from app.programs.inspect import InspectFailure, module_tree
-from app.programs.inspect_common import argument_values
+from app.programs.inspect.common import argument_values
 from schema.io import no_cycle_collection
 from schema.models import (
     ExportedProgram,
@@ -55,30 +31,6 @@ from schema.models import (
     InputSpecToken,
     InputSpecUserInput,
 )
-
-__all__ = [
-    "ArchiveWeights",
-    "ArgumentChange",
-    "Counts",
-    "FieldChange",
-    "GraphDiff",
-    "InterfaceChange",
-    "ModuleChange",
-    "NodeChange",
-    "NodeRef",
-    "OpsetChange",
-    "ProgramDiff",
-    "RangeChange",
-    "RawWeights",
-    "StoredTensor",
-    "Summary",
-    "ValueStats",
-    "Verdict",
-    "WeightChange",
-    "WeightSource",
-    "diff_programs",
-    "render_text",
-]
 
 #: Weight changes that alter the program's structure (the rest are new stored values).
 _RESHAPED = {"renamed", "kind", "persistent", "dtype", "shape"}
@@ -297,17 +249,13 @@ def _summary(diff: ProgramDiff, compared: bool) -> Summary:
     )
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _line(verdict: Verdict, c: Counts, compared: bool, diff: ProgramDiff) -> str:
     parts: list[str] = []
     if c.breaking_changes:
-        parts.append(f"{_plural(c.breaking_changes, 'breaking interface change')}")
+        parts.append(f"{plural(c.breaking_changes, 'breaking interface change')}")
     if c.interface_changes - c.breaking_changes:
         parts.append(
-            _plural(c.interface_changes - c.breaking_changes, "compatible interface change")
+            plural(c.interface_changes - c.breaking_changes, "compatible interface change")
         )
     if c.nodes_added or c.nodes_removed or c.nodes_changed:
         parts.append(
@@ -321,137 +269,16 @@ def _line(verdict: Verdict, c: Counts, compared: bool, diff: ProgramDiff) -> str
     if c.weights_new_values:
         names = [w.name for w in _weight_changes(diff) if not _STRUCTURAL.intersection(w.changes)]
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        parts.append(f"{_plural(c.weights_new_values, 'tensor')} with new values ({shown})")
+        parts.append(f"{plural(c.weights_new_values, 'tensor')} with new values ({shown})")
     if c.range_constraints_changed:
-        parts.append(_plural(c.range_constraints_changed, "range constraint change"))
+        parts.append(plural(c.range_constraints_changed, "range constraint change"))
     if c.opsets_changed:
-        parts.append(_plural(c.opsets_changed, "opset change"))
+        parts.append(plural(c.opsets_changed, "opset change"))
     if c.modules_changed:
-        parts.append(_plural(c.modules_changed, "module change"))
+        parts.append(plural(c.modules_changed, "module change"))
     parts.extend(
         f"{f.field} {f.old} -> {f.new}" for f in diff.fields if f.field == "schema_version"
     )
     body = "; ".join(parts) if parts else "no differences"
     tail = "" if compared else " (stored tensor values not compared)"
     return f"{verdict}: {body}{tail}"
-
-
-# ---------------------------------------------------------------- text
-
-
-def render_text(diff: ProgramDiff) -> str:
-    """The diff as a readable multi-line report, the way the command line prints it."""
-    lines = [diff.summary.text]
-    if diff.interface:
-        breaking = sum(c.breaking for c in diff.interface)
-        lines.append(f"interface ({_plural(len(diff.interface), 'change')}, {breaking} breaking):")
-        for change in diff.interface:
-            mark = "!" if change.breaking else "~"
-            lines.append(f"  {mark} {change.detail}")
-            if change.old is not None or change.new is not None:
-                lines.append(f"      {change.old or '-'} -> {change.new or '-'}")
-    lines.extend(_graph_lines(diff.graph, "  ", "nodes"))
-    for title, changes in (
-        ("parameters", diff.parameters),
-        ("buffers", diff.buffers),
-        ("constants", diff.constants),
-    ):
-        if changes:
-            lines.append(f"{title}:")
-            lines.extend(f"  {_weight_line(w)}" for w in changes)
-    if diff.range_constraints:
-        lines.append("range constraints:")
-        for r in diff.range_constraints:
-            mark = {"added": "+", "removed": "-", "changed": "~"}[r.change]
-            names = " / ".join(dict.fromkeys(n for n in (r.old_name, r.new_name) if n))
-            lines.append(f"  {mark} {r.symbol} ({names}): {r.old or '-'} -> {r.new or '-'}")
-    if diff.opsets:
-        lines.append("opsets:")
-        lines.extend(f"  ~ {o.namespace}: {o.old} -> {o.new}" for o in diff.opsets)
-    if diff.modules:
-        lines.append("modules:")
-        for m in diff.modules:
-            if m.change == "added":
-                lines.append(f"  + {m.path or '<root>'} ({m.new_type})")
-            elif m.change == "removed":
-                lines.append(f"  - {m.path or '<root>'} ({m.old_type})")
-            else:
-                lines.append(f"  ~ {m.path or '<root>'}: {m.old_type} -> {m.new_type}")
-    if diff.fields:
-        lines.append("program fields:")
-        lines.extend(f"  ~ {f.field}: {f.old} -> {f.new}" for f in diff.fields)
-    if diff.notes:
-        lines.append("notes:")
-        lines.extend(f"  - {note}" for note in diff.notes)
-    return "\n".join(lines) + "\n"
-
-
-def _node(ref: NodeRef) -> str:
-    return f"{ref.target} -> {', '.join(ref.outputs) or '()'}"
-
-
-def _graph_lines(graph: GraphDiff, indent: str, title: str) -> list[str]:
-    head = indent[:-2]
-    lines = [
-        f"{head}{title}: {graph.old_nodes} -> {graph.new_nodes} ({len(graph.added)} added, "
-        f"{len(graph.removed)} removed, {len(graph.changed)} changed, "
-        f"{graph.unchanged} unchanged)"
-    ]
-    lines.extend(f"{indent}+ {_node(r)}" for r in graph.added)
-    lines.extend(f"{indent}- {_node(r)}" for r in graph.removed)
-    for change in graph.changed:
-        old_outputs = ", ".join(change.old.outputs) or "()"
-        new_outputs = ", ".join(change.new.outputs) or "()"
-        target = (
-            f"{change.old.target} => {change.new.target}"
-            if change.target_changed
-            else change.new.target
-        )
-        lines.append(f"{indent}~ {target}: {old_outputs} -> {new_outputs}")
-        for arg in change.arguments:
-            label = arg.name or f"argument {arg.position}"
-            lines.append(f"{indent}    {label}: {arg.old or '-'} -> {arg.new or '-'}")
-        for out in change.outputs:
-            lines.append(f"{indent}    output {out.position}: {out.old or '-'} -> {out.new or '-'}")
-        for sub in change.subgraphs:
-            lines.extend(_graph_lines(sub, indent + "      ", f"subgraph {sub.name}"))
-    return lines
-
-
-def _weight_line(w: WeightChange) -> str:
-    def tensor(dtype: str | None, shape: list[int] | None) -> str:
-        return f"{dtype or '?'}{'?' if shape is None else list(shape)}"
-
-    if w.changes == ["added"]:
-        return f"+ {w.name} {tensor(w.new_dtype, w.new_shape)}"
-    if w.changes == ["removed"]:
-        return f"- {w.name} {tensor(w.old_dtype, w.old_shape)}"
-    parts: list[str] = []
-    for change in w.changes:
-        if change == "renamed":
-            parts.append(f"renamed from {w.renamed_from}")
-        elif change == "kind":
-            parts.append(f"{w.old_kind} -> {w.new_kind}")
-        elif change == "persistent":
-            parts.append("persistence changed")
-        elif change in ("dtype", "shape"):
-            parts.append(
-                f"{change} {tensor(w.old_dtype, w.old_shape)} -> {tensor(w.new_dtype, w.new_shape)}"
-            )
-        elif change == "layout":
-            parts.append("stored layout changed, values equal")
-        elif change == "value":
-            parts.append(_values_text(w.stats))
-    if w.note:
-        parts.append(w.note)
-    return f"~ {w.name}: {'; '.join(dict.fromkeys(parts))}"
-
-
-def _values_text(stats: ValueStats | None) -> str:
-    if stats is None:
-        return "values changed"
-    rel = "n/a" if stats.rel_norm is None else f"{stats.rel_norm:.3g}"
-    return (
-        f"values changed ({stats.differing} of {stats.numel} differ, "
-        f"max |diff| {stats.max_abs_diff:.6g}, relative norm {rel})"
-    )

@@ -16,8 +16,16 @@ raises `InspectFailure` with a stable code.
 
 from __future__ import annotations
 
-from app.programs.inspect_common import InspectFailure, WeightInfo, WeightKind
-from app.programs.inspect_models import (
+from app.programs.inspect.common import (
+    InspectFailure,
+    WeightCounts,
+    WeightInfo,
+    WeightKind,
+    expression_text,
+    size_value,
+    weight_counts,
+)
+from app.programs.inspect.models import (
     CallSignature,
     Edge,
     ModuleGraph,
@@ -34,7 +42,7 @@ from app.programs.inspect_models import (
     WeightEntry,
     WeightStats,
 )
-from app.programs.inspect_modules import (
+from app.programs.inspect.modules import (
     INPUT,
     OUTPUT,
     ROOT,
@@ -44,9 +52,9 @@ from app.programs.inspect_modules import (
     stage_graph,
     stages,
 )
-from app.programs.inspect_ops import operators
-from app.programs.inspect_partition import MAX_PARTITION_NODES, partitions
-from app.programs.inspect_weights import quantization, weights
+from app.programs.inspect.ops import operators
+from app.programs.inspect.partition import MAX_PARTITION_NODES, partitions
+from app.programs.inspect.weights import quantization, weights
 
 __all__ = [
     "INPUT",
@@ -68,16 +76,20 @@ __all__ = [
     "Tally",
     "ValueRef",
     "Vertex",
+    "WeightCounts",
     "WeightEntry",
     "WeightInfo",
     "WeightKind",
     "WeightStats",
+    "expression_text",
     "module_graph",
     "module_tree",
     "operators",
     "partitions",
     "quantization",
     "stage_graph",
+    "size_value",
     "stages",
+    "weight_counts",
     "weights",
 ]

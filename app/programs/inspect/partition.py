@@ -27,7 +27,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from app.programs.inspect_common import (
+from app.programs.inspect.common import (
     InspectFailure,
     argument_values,
     check_defined,
@@ -36,7 +36,7 @@ from app.programs.inspect_common import (
     subgraph_arguments,
     target_namespace,
 )
-from app.programs.inspect_models import Partition
+from app.programs.inspect.models import Partition
 from schema.models import (
     ArgumentAsNone,
     ArgumentAsSymBool,

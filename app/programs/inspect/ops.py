@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from app.programs import opset
-from app.programs.inspect_common import subgraph_inputs, target_namespace, walk_subgraphs
-from app.programs.inspect_models import OperatorCounts, OperatorStats
+from app.programs.inspect.common import subgraph_inputs, target_namespace, walk_subgraphs
+from app.programs.inspect.models import OperatorCounts, OperatorStats
 from schema.models import ExportedProgram, Node
 
 #: Namespaces a well-known library outside torch defines in a module of that name.

@@ -20,9 +20,9 @@ import numpy.typing as npt
 
 from app.archive import Archive, RawTensor, TensorKind, dtype_name
 from app.archive.tensors import storage_nbytes
-from app.programs.diff_models import ValueStats, WeightChange, WeightChangeKind, WeightKind
+from app.programs.diff.models import ValueStats, WeightChange, WeightChangeKind, WeightKind
 from app.programs.digest import tensor_digest
-from app.programs.inspect_common import graph_weights, static_shape
+from app.programs.inspect.common import graph_weights, static_shape
 from schema.dtypes import ITEMSIZE
 from schema.models import ExportedProgram, Layout, ScalarType, SymIntAsInt, TensorMeta
 

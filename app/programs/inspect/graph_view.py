@@ -3,7 +3,7 @@
 Nodes are listed in columns (one list per attribute, index = node id) because a 50,000-node
 program is a few megabytes this way and a browser reads it in one JSON parse, where an object
 per node costs several times more on both sides. The module tree is the one
-`app.programs.inspect_modules.module_tree` rebuilds (``torch.export.unflatten``'s hierarchy);
+`app.programs.inspect.modules.module_tree` rebuilds (``torch.export.unflatten``'s hierarchy);
 a node of the program's graph belongs to the innermost module call of its stack, a node of a
 higher-order operator's subgraph to that subgraph's module (``<owner>.<subgraph name>``).
 """
@@ -14,20 +14,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.programs.diff_interface import expression_text
-from app.programs.inspect_common import (
+from app.programs.inspect.common import (
     NODES_POINTER,
     dtype_name,
+    expression_text,
     graph_inputs,
     graph_outputs,
     graph_stacks,
     node_inputs,
     node_name,
     node_outputs,
+    size_text,
     subgraph_inputs,
 )
-from app.programs.inspect_modules import module_tree
-from schema.models import ExportedProgram, Graph, SymIntAsInt, TensorMeta
+from app.programs.inspect.modules import module_tree
+from schema.models import ExportedProgram, Graph, TensorMeta
 
 
 class _View(BaseModel):
@@ -97,11 +98,7 @@ class ProgramGraph(_View):
 
 
 def _shape_text(meta: TensorMeta) -> str:
-    sizes = [
-        str(s.as_int) if isinstance(s, SymIntAsInt) else expression_text(s.as_expr.expr_str)
-        for s in meta.sizes
-    ]
-    return f"[{', '.join(sizes)}]"
+    return f"[{', '.join(size_text(s) for s in meta.sizes)}]"
 
 
 def program_graph(doc: ExportedProgram) -> ProgramGraph:

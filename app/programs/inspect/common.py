@@ -51,6 +51,10 @@ from schema.models import (
     TensorMeta,
 )
 
+#: sympy's ``srepr`` form of a symbol, which torch writes in ``expr_str``.
+_SREPR_SYMBOL = re.compile(r"Symbol\('([^']*)'[^)]*\)")
+_SREPR_INTEGER = re.compile(r"Integer\((-?[0-9]+)\)")
+
 WeightKind = Literal["parameter", "buffer", "constant"]
 
 
@@ -353,6 +357,29 @@ def graph_weights(doc: ExportedProgram) -> list[GraphWeight]:
     return [GraphWeight(w.name, w.kind, w.value, w.persistent, metas.get(w.value)) for w in found]
 
 
+@dataclass(frozen=True)
+class WeightCounts:
+    """How many weights of each kind a program holds, and its parameters' elements."""
+
+    parameters: int
+    buffers: int
+    constants: int
+    #: elements of every parameter (None when a parameter's size is symbolic without a hint)
+    parameter_count: int | None
+
+
+def weight_counts(doc: ExportedProgram) -> WeightCounts:
+    """The program's weights tallied by kind, from the signature and the tensor meta."""
+    weights = graph_weights(doc)
+    sizes = [meta_numel_bytes(w.meta) for w in weights if w.kind == "parameter"]
+    return WeightCounts(
+        parameters=len(sizes),
+        buffers=sum(w.kind == "buffer" for w in weights),
+        constants=sum(w.kind == "constant" for w in weights),
+        parameter_count=None if None in sizes else sum(c[0] for c in sizes if c is not None),
+    )
+
+
 def custom_objects(doc: ExportedProgram) -> list[str]:
     """Names of the script objects the signature binds to graph inputs."""
     return [
@@ -392,3 +419,20 @@ def meta_numel_bytes(meta: TensorMeta | None) -> tuple[int, int] | None:
 def dtype_name(dtype: ScalarType) -> str:
     """torch's name of the scalar type, as serialize and diff print it (``float32``)."""
     return DTYPE_NAMES.get(dtype, "unknown")
+
+
+def expression_text(expr_str: str) -> str:
+    """An ``expr_str`` as a reader wants it: ``srepr`` symbols and integers unwrapped."""
+    return _SREPR_INTEGER.sub(r"\1", _SREPR_SYMBOL.sub(r"\1", expr_str))
+
+
+def size_value(size: SymIntAsExpr | SymIntAsInt) -> int | str:
+    """A size as a reader wants it: the int, or the symbolic expression unwrapped (``s0``)."""
+    if isinstance(size, SymIntAsInt):
+        return size.as_int
+    return expression_text(size.as_expr.expr_str)
+
+
+def size_text(size: SymIntAsExpr | SymIntAsInt) -> str:
+    """A size as text: ``4``, ``s0``, ``Mul(2, s0)``."""
+    return str(size_value(size))

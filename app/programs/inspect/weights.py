@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
-from app.programs.inspect_common import (
+from app.programs.inspect.common import (
     WeightInfo,
     custom_objects,
     dtype_name,
@@ -25,7 +25,7 @@ from app.programs.inspect_common import (
     target_namespace,
     walk_subgraphs,
 )
-from app.programs.inspect_models import QuantParams, Tally, ValueRef, WeightEntry, WeightStats
+from app.programs.inspect.models import QuantParams, Tally, ValueRef, WeightEntry, WeightStats
 from schema.models import (
     Argument,
     ArgumentAsFloat,

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.archive.tensors import dtype_name
-from app.programs.diff_models import InterfaceChange, InterfaceChangeKind, RangeChange
+from app.programs.diff.models import InterfaceChange, InterfaceChangeKind, RangeChange
 from app.programs.expr import is_symbol_name
+from app.programs.inspect.common import expression_text, size_text
 from schema.models import (
     Argument,
     ArgumentAsBool,
@@ -46,22 +47,13 @@ from schema.models import (
     SymBoolAsExpr,
     SymFloatAsExpr,
     SymIntAsExpr,
-    SymIntAsInt,
     TensorMeta,
 )
 
-#: sympy's ``srepr`` form of a symbol, which torch writes in ``expr_str``.
-_SREPR_SYMBOL = re.compile(r"Symbol\('([^']*)'[^)]*\)")
-_SREPR_INTEGER = re.compile(r"Integer\((-?[0-9]+)\)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: (min, max) of a symbol; None is unbounded, as torch writes infinite bounds.
 Bound = tuple[int | None, int | None]
-
-
-def expression_text(expr_str: str) -> str:
-    """An ``expr_str`` as a reader wants it: ``srepr`` symbols and integers unwrapped."""
-    return _SREPR_INTEGER.sub(r"\1", _SREPR_SYMBOL.sub(r"\1", expr_str))
 
 
 def bound_text(bound: Bound | None) -> str:
@@ -191,19 +183,13 @@ def _device(meta: TensorMeta) -> str:
     return meta.device.type if index is None else f"{meta.device.type}:{index}"
 
 
-def _size_text(size: SymIntAsExpr | SymIntAsInt) -> str:
-    if isinstance(size, SymIntAsInt):
-        return str(size.as_int)
-    return expression_text(size.as_expr.expr_str)
-
-
 def tensor_desc(meta: TensorMeta, symbols: Symbols) -> ValueDesc:
     """A tensor's dtype, device and dimensions."""
     return ValueDesc(
         kind="tensor",
         dtype=dtype_name(meta.dtype),
         device=_device(meta),
-        dims=tuple(symbols.dim(_size_text(s)) for s in meta.sizes),
+        dims=tuple(symbols.dim(size_text(s)) for s in meta.sizes),
     )
 
 

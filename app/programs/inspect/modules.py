@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.programs.inspect_common import (
+from app.programs.inspect.common import (
     NODES_POINTER,
     InspectFailure,
     StackEntry,
@@ -34,7 +34,7 @@ from app.programs.inspect_common import (
     parent_path,
     subgraph_inputs,
 )
-from app.programs.inspect_models import (
+from app.programs.inspect.models import (
     CallSignature,
     Edge,
     ModuleGraph,

@@ -45,15 +45,15 @@ from pydantic import BaseModel
 
 from app.archive.tensors import dtype_name
 from app.programs.canonical import canonicalize
-from app.programs.diff_interface import Symbols, value_desc
-from app.programs.diff_models import (
+from app.programs.diff.interface import Symbols, value_desc
+from app.programs.diff.models import (
     ArgumentChange,
     GraphDiff,
     NodeChange,
     NodeRef,
     OutputMetaChange,
 )
-from app.programs.inspect_common import argument_values
+from app.programs.inspect.common import argument_values
 from schema.models import (
     Argument,
     ArgumentAsComplex,
