@@ -88,7 +88,7 @@ def test_leaves_of_each_arm(
 ) -> None:
     arg = _node([wire], []).inputs[0].arg
     found = leaves(arg)
-    assert found == [Leaf(*e) for e in expected]
+    assert [tuple(leaf) for leaf in found] == expected
     for name, _, at in found:
         # a named leaf's pointer leads to its name; a literal's to the slot it fills
         target = _resolve(orjson.loads(schema.dump(arg)), at)
