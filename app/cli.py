@@ -100,7 +100,7 @@ def _step(args: argparse.Namespace, text: str) -> None:
 def _pool(settings: Settings) -> Any:
     from app.bridge import WorkerPool
 
-    return WorkerPool(Settings(**{**settings.__dict__, "workers": 1}))
+    return WorkerPool(settings.model_copy(update={"workers": 1}))
 
 
 class _LazyPool:

@@ -117,7 +117,7 @@ def open_source(data: bytes | Path, media: Media, settings: Settings) -> Iterato
         raw = data if isinstance(data, bytes) else data.read_bytes()
         yield Source(_json_documents(raw, settings))
         return
-    with open_archive(data, settings) as archive:
+    with open_archive(data, settings.limits) as archive:
         yield Source(dict(archive.documents), archive, data)
 
 
@@ -245,7 +245,7 @@ def sample_inputs(source: Source, settings: Settings) -> SampleInputs:
             why = f"it has {size} bytes, more than the {settings.max_json_bytes} checked"
         else:
             try:
-                bad = check_torch_save(archive.reader.read_member(member, size), settings)
+                bad = check_torch_save(archive.reader.read_member(member, size), settings.limits)
             except Failure as exc:
                 bad = [str(exc)]
             if bad:
@@ -528,7 +528,7 @@ def weights_from(
         for fqn, stored in source.tensor_names(source.model(model)).items()
         if not archive.tensors[stored].use_pickle
     }
-    return TensorSource(archive=source.origin, names=names, settings=archive.reader.settings)
+    return TensorSource(archive=source.origin, names=names, limits=archive.reader.limits)
 
 
 def deserialize_to(

@@ -430,7 +430,7 @@ def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) ->
 def get_document(name: str, ref: str, registry: RegistryDep, settings: SettingsDep) -> Response:
     """The program's document as the archive holds it (torch's wire JSON)."""
     info, handle = registry.open_content(name, ref, "archive")
-    with handle, open_archive(handle, settings) as archive:
+    with handle, open_archive(handle, settings.limits) as archive:
         data = archive.documents[info.archive_model]
     return Response(data, media_type=_JSON, headers=_digest_headers(info))
 

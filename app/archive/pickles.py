@@ -40,7 +40,7 @@ from app.archive.pickle_machine import (
 )
 from app.archive.zipread import ZipReader
 from app.failure import Failure
-from app.settings import Settings
+from app.settings import Limits as InputLimits
 
 __all__ = [
     "TORCH_OPCODES",
@@ -649,7 +649,7 @@ def _pickle_reasons(data: bytes, records: dict[str, int]) -> list[str]:
     return []
 
 
-def check_torch_save(data: bytes, settings: Settings) -> list[str]:
+def check_torch_save(data: bytes, limits: InputLimits) -> list[str]:
     """Why torch's weights_only loader would not load this `torch.save` file; [] when it would.
 
     Only the zip format (torch.save's default since 1.6) is proven; torch.load reads a legacy
@@ -658,7 +658,7 @@ def check_torch_save(data: bytes, settings: Settings) -> list[str]:
     if not data.startswith(b"PK"):
         return ["not a torch.save zip (the legacy format is not proven)"]
     try:
-        with ZipReader(data, settings) as inner:
+        with ZipReader(data, limits) as inner:
             root = inner.root()
             reasons = _zip_layout(inner, root)
             if reasons:

@@ -40,7 +40,7 @@ from app.archive.errors import ArchiveFailure
 from app.archive.raw import RawTensor, Streamed, StreamedTensor, TensorKind
 from app.archive.tensors import check_storage, concrete
 from app.archive.zipread import MiB, ZipReader, ZipSource
-from app.settings import Settings
+from app.settings import Limits
 from schema import DocumentInvalid, Issue, PayloadConfig, TensorMeta, load
 from schema.errors import pointer
 
@@ -226,9 +226,9 @@ class Archive:
         return entry
 
 
-def open_archive(source: ZipSource, settings: Settings | None = None) -> Archive:
+def open_archive(source: ZipSource, limits: Limits | None = None) -> Archive:
     """Open and check a .pt2 archive (bytes, a path or a seekable binary file)."""
-    reader = ZipReader(source, settings, single_root=False)
+    reader = ZipReader(source, limits, single_root=False)
     try:
         return _Opener(reader).open()
     except BaseException:
@@ -241,7 +241,7 @@ class _Opener:
 
     def __init__(self, reader: ZipReader) -> None:
         self.reader = reader
-        self.settings = reader.settings
+        self.limits = reader.limits
 
     def open(self) -> Archive:
         names = self.reader.names
@@ -348,7 +348,7 @@ class _Opener:
 
     def _json(self, relative: str) -> bytes:
         name = self._require(relative)
-        limit = self.settings.max_json_bytes
+        limit = self.limits.max_json_bytes
         size = self.reader.member(name).size
         if size > limit:
             raise ArchiveFailure(

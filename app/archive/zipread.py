@@ -9,7 +9,7 @@ size and CRC-32 checked at the end; a member of several blocks is read (and chec
 blocks ahead on a helper thread, so the check overlaps the consumer's work (see readahead).
 
 Ratio rule: a member whose declared uncompressed size is over `RATIO_FLOOR` (1 MiB) is
-refused when that size is more than `settings.max_member_ratio` times its compressed size.
+refused when that size is more than `limits.max_member_ratio` times its compressed size.
 Small members are exempt because a highly compressible small member (an all-zero buffer)
 is legitimate and cannot amplify much; the floor is on the *uncompressed* size so that a
 bomb cannot hide below it by being small when compressed.
@@ -30,7 +30,7 @@ from typing import BinaryIO
 
 from app.archive.errors import ArchiveFailure
 from app.archive.readahead import read_ahead
-from app.settings import Settings
+from app.settings import Limits
 
 MiB = 1024 * 1024
 STORED = 0
@@ -201,9 +201,9 @@ class ZipReader:
     """A checked view of a zip archive: members by name, streamed and verified on read."""
 
     def __init__(
-        self, source: ZipSource, settings: Settings | None = None, *, single_root: bool = True
+        self, source: ZipSource, limits: Limits | None = None, *, single_root: bool = True
     ) -> None:
-        self.settings = settings or Settings()
+        self.limits = limits or Limits()
         self._src = _Source(source)
         try:
             self.members: dict[str, ZipMember] = self._parse(single_root)
@@ -391,11 +391,11 @@ class ZipReader:
         count, cd_offset, cd_size = self._end_records()
         entries = self._central_directory(count, cd_offset, cd_size)
         total = sum(e.size for e in entries)
-        if total > self.settings.max_total_uncompressed:
+        if total > self.limits.max_total_uncompressed:
             raise ArchiveFailure(
                 "archive-too-large",
                 f"members declare {total} uncompressed bytes in total "
-                f"(limit {self.settings.max_total_uncompressed})",
+                f"(limit {self.limits.max_total_uncompressed})",
             )
         members = {e.name: self._local(e, cd_offset) for e in entries}
         if single_root:
@@ -440,10 +440,10 @@ class ZipReader:
                 count, cd_offset, cd_size, cd_end = self._zip64_end(
                     locator, eocd_at - _LOCATOR64_STRUCT.size, count, cd_offset, cd_size
                 )
-        if count > self.settings.max_members:
+        if count > self.limits.max_members:
             raise ArchiveFailure(
                 "archive-too-many-members",
-                f"the archive declares {count} members (limit {self.settings.max_members})",
+                f"the archive declares {count} members (limit {self.limits.max_members})",
             )
         if cd_offset + cd_size != cd_end:
             raise ArchiveFailure(
@@ -537,7 +537,7 @@ class ZipReader:
             if name in seen:
                 raise ArchiveFailure("archive-duplicate-name", f"member {_show(name)} repeats")
             seen.add(name)
-            _check_sizes(name, method, csize, usize, self.settings)
+            _check_sizes(name, method, csize, usize, self.limits)
             entries.append(
                 _Entry(name, raw_name, method, flags, crc, csize, usize, offset, mode, zip64)
             )
@@ -731,7 +731,7 @@ def _local_zip64(extra: bytes, usize: int, csize: int, where: str) -> tuple[int,
     raise ArchiveFailure("archive-corrupt", f"{where}: saturated local sizes without zip64 extra")
 
 
-def _check_sizes(name: str, method: int, csize: int, usize: int, settings: Settings) -> None:
+def _check_sizes(name: str, method: int, csize: int, usize: int, limits: Limits) -> None:
     if name.endswith("/") and usize:
         raise ArchiveFailure("archive-corrupt", f"directory entry {_show(name)} has data")
     if method == STORED and csize != usize:
@@ -739,9 +739,9 @@ def _check_sizes(name: str, method: int, csize: int, usize: int, settings: Setti
             "archive-size-mismatch",
             f"stored member {_show(name)} declares {csize} compressed but {usize} bytes",
         )
-    if usize > RATIO_FLOOR and usize > settings.max_member_ratio * max(csize, 1):
+    if usize > RATIO_FLOOR and usize > limits.max_member_ratio * max(csize, 1):
         raise ArchiveFailure(
             "archive-ratio-too-high",
             f"member {_show(name)} declares {usize} bytes from {csize} compressed "
-            f"(ratio over {settings.max_member_ratio})",
+            f"(ratio over {limits.max_member_ratio})",
         )

@@ -48,8 +48,9 @@ from schema.errors import pointer
 Route = Literal["fast", "torch"]
 
 
-#: The screen's settings here: archive pickles are the callers' concern, not the document's.
-_SCREEN = Settings()
+#: The screen's settings here, the defaults and never the environment: archive pickles are
+#: the callers' concern, not the document's.
+_SCREEN = Settings.model_construct()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from app.archive import Archive, RawTensor, open_archive
 from app.bridge.safetensors_io import from_safetensors, safetensors_names
-from app.settings import Settings
+from app.settings import Limits
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class TensorSource:
     #: a safetensors file.
     safetensors: Path | bytes | None = None
     #: the limits the archive is opened with.
-    settings: Settings = field(default_factory=Settings)
+    limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
         if self.archive is not None and self.safetensors is not None:
@@ -51,7 +51,7 @@ class TensorSource:
             return from_safetensors(data if isinstance(data, bytes) else data.read_bytes())
         if self.archive is None:
             return {}
-        with open_archive(self.archive, self.settings) as archive:
+        with open_archive(self.archive, self.limits) as archive:
             return _read(archive, self.names)
 
 

@@ -428,7 +428,7 @@ class Registry:
     def source(self, name: str, ref: str) -> Iterator[tuple[VersionInfo, ops.Source]]:
         """A live version's metadata and its archive opened as an operations source."""
         info, handle = self.open_content(name, ref, "archive")
-        with handle, open_archive(handle, self.settings) as archive:
+        with handle, open_archive(handle, self.settings.limits) as archive:
             yield info, ops.Source(dict(archive.documents), archive)
 
     def open_blob(self, digest: str) -> tuple[BlobKind, BinaryIO]:

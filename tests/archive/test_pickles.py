@@ -26,12 +26,12 @@ from torch.export import Dim
 
 from app.archive.pickle_machine import OPCODE_NAMES, Machine, PickleRefused, Survey
 from app.archive.pickles import TORCH_OPCODES, check_torch_save, imports, rules
-from app.settings import Settings
+from app.settings import Limits
 from tests.archive.zipcraft import rezip
 from tests.hostile import decoy_pickle, torch_save_zip
 from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
 
-SETTINGS = Settings()
+LIMITS = Limits()
 SAMPLE_PREFIX = "archive/data/sample_inputs/"
 
 
@@ -131,7 +131,7 @@ def test_what_torch_saves_is_proven_and_torch_loads_it(name: str) -> None:
         warnings.simplefilter("ignore", UserWarning)
         data = saved(VALUES[name]())
         loads_weights_only(data)
-    assert check_torch_save(data, SETTINGS) == []
+    assert check_torch_save(data, LIMITS) == []
 
 
 def _dim_auto_archive() -> bytes:
@@ -158,7 +158,7 @@ def test_sample_inputs_of_every_zoo_program_and_a_dim_auto_export(
     for name, found in members.items():
         assert found, name
         for data in found:
-            assert check_torch_save(data, SETTINGS) == [], name
+            assert check_torch_save(data, LIMITS) == [], name
             loads_weights_only(data)
 
 
@@ -169,7 +169,7 @@ def test_an_equivalent_spelling_torch_resolves_is_accepted() -> None:
         b"ctorch._utils\n_rebuild_tensor_v2\n", b"ctorch\n_utils._rebuild_tensor_v2\n"
     )
     respelled = with_data_pkl(data, pkl)
-    assert check_torch_save(respelled, SETTINGS) == []
+    assert check_torch_save(respelled, LIMITS) == []
     assert torch.equal(loads_weights_only(respelled), torch.arange(3.0))
 
 
@@ -383,7 +383,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     ours, seconds, files = {}, {}, {}
     for name, data in corpus.items():
         start = time.process_time()
-        ours[name] = check_torch_save(data, SETTINGS)
+        ours[name] = check_torch_save(data, LIMITS)
         seconds[name] = time.process_time() - start
         files[name] = tmp / f"{name}.pt"
         files[name].write_bytes(data)
@@ -438,7 +438,7 @@ def test_refusals_say_what_and_where(tmp_path: Path) -> None:
     base = saved(torch.arange(3.0))
 
     def reasons(name: str) -> list[str]:
-        return check_torch_save(with_data_pkl(base, hostile[name]), SETTINGS)
+        return check_torch_save(with_data_pkl(base, hostile[name]), LIMITS)
 
     assert reasons("decoy-stack-global") == [
         "byte 2 (SHORT_BINUNICODE): torch's weights_only loader does not run SHORT_BINUNICODE",
@@ -479,7 +479,7 @@ def test_hostile_sizes_are_refused_fast(name: str) -> None:
     # CPU time, not wall time: the bound is on our work, whatever else the machine runs
     data = with_data_pkl(saved(torch.arange(3.0)), BOUNDS[name])
     start = time.process_time()
-    reasons = check_torch_save(data, SETTINGS)
+    reasons = check_torch_save(data, LIMITS)
     assert time.process_time() - start < 1.0
     assert reasons
     assert "more than" in reasons[0] or "deeper than" in reasons[0]
@@ -487,12 +487,12 @@ def test_hostile_sizes_are_refused_fast(name: str) -> None:
 
 def test_a_zip_torch_cannot_read_is_refused() -> None:
     base = saved(torch.arange(3.0))
-    assert check_torch_save(base[:-10], SETTINGS)[0].startswith("the zip cannot be read")
+    assert check_torch_save(base[:-10], LIMITS)[0].startswith("the zip cannot be read")
     no_pickle = rezip(base, drop={"archive/data.pkl"})
-    assert check_torch_save(no_pickle, SETTINGS) == ["no data.pkl"]
+    assert check_torch_save(no_pickle, LIMITS) == ["no data.pkl"]
     bad_order = rezip(base, replace={"archive/byteorder": b"middle"})
-    assert check_torch_save(bad_order, SETTINGS) == ["byteorder is neither little nor big"]
-    assert check_torch_save(torch_save_zip(P2 + b"N."), SETTINGS) == []
+    assert check_torch_save(bad_order, LIMITS) == ["byteorder is neither little nor big"]
+    assert check_torch_save(torch_save_zip(P2 + b"N."), LIMITS) == []
 
 
 # -- the machine itself ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from torch.export.pt2_archive._package import package_pt2
 from torch.testing._internal.two_tensor import TwoTensor
 
 from app.archive import ArchiveFailure, ZipReader, manifest, open_archive
-from app.settings import Settings
+from app.settings import Limits
 from schema import Issue
 from tests.archive.zipcraft import FIXED_TIME, build, rezip, stored
 from tests.programs import ZooProgram, archive_bytes
@@ -200,7 +200,7 @@ def test_missing_members(member: str, zoo_archives: dict[str, bytes]) -> None:
 
 def test_json_too_large(zoo_archives: dict[str, bytes]) -> None:
     data = zoo_archives["linear_bn_train"]
-    refused("archive-json-too-large", lambda: open_archive(data, Settings(max_json_bytes=1000)))
+    refused("archive-json-too-large", lambda: open_archive(data, Limits(max_json_bytes=1000)))
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 
 from app.archive import ArchiveFailure, ZipReader, open_archive
-from app.settings import Settings
+from app.settings import Limits
 from tests.archive.zipcraft import (
     CENTRAL,
     EOCD,
@@ -41,9 +41,9 @@ REFUSAL_SECONDS = 1.0
 REFUSAL_BYTES = 50 * MiB
 
 
-def read_all(data: bytes, settings: Settings | None = None) -> dict[str, bytes]:
+def read_all(data: bytes, limits: Limits | None = None) -> dict[str, bytes]:
     """Open a zip and read (verify) every member."""
-    with ZipReader(data, settings) as reader:
+    with ZipReader(data, limits) as reader:
         return {name: reader.read_member(name, LIMIT) for name in reader.names}
 
 
@@ -174,7 +174,7 @@ def test_member_data_runs_on(claimed: int, code: str) -> None:
 
 def test_too_many_members(zoo_archives: dict[str, bytes]) -> None:
     failure = refused(
-        "archive-too-many-members", lambda: ZipReader(zoo_archives["conv"], Settings(max_members=5))
+        "archive-too-many-members", lambda: ZipReader(zoo_archives["conv"], Limits(max_members=5))
     )
     assert failure.message == "the archive declares 13 members (limit 5)"
 
@@ -182,7 +182,7 @@ def test_too_many_members(zoo_archives: dict[str, bytes]) -> None:
 def test_declared_total_too_large(zoo_archives: dict[str, bytes]) -> None:
     refused(
         "archive-too-large",
-        lambda: ZipReader(zoo_archives["conv"], Settings(max_total_uncompressed=1000)),
+        lambda: ZipReader(zoo_archives["conv"], Limits(max_total_uncompressed=1000)),
     )
 
 
@@ -229,7 +229,7 @@ def test_inflation_streams_in_bounded_memory() -> None:
     member.size, member.crc = zeros, zlib.crc32(bytes(zeros))
     data = build([member])
     del member
-    with ZipReader(data, Settings(max_member_ratio=2000)) as reader, memory_budget(16 * MiB):
+    with ZipReader(data, Limits(max_member_ratio=2000)) as reader, memory_budget(16 * MiB):
         total = 0
         for chunk in reader.iter_member("r/zeros", chunk=MiB):
             assert len(chunk) <= MiB

@@ -12,7 +12,7 @@ from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram
 from app.bridge.safetensors_io import from_safetensors, to_safetensors
 from app.bridge.sources import TensorSource
-from app.settings import Settings
+from app.settings import Limits
 
 
 def _file(folder: Path, name: str, data: bytes) -> Path:
@@ -66,7 +66,7 @@ def test_tensors_sharing_a_member_share_its_bytes(
 
 
 def test_archives_are_opened_under_the_given_limits(archives: dict[str, bytes]) -> None:
-    source = TensorSource(archive=archives["conv"], names={}, settings=Settings(max_members=2))
+    source = TensorSource(archive=archives["conv"], names={}, limits=Limits(max_members=2))
     with pytest.raises(ArchiveFailure) as caught:
         source.read()
     assert caught.value.code == "archive-too-many-members"

@@ -14,11 +14,12 @@ from torch._export.serde.serialize import _SYM_OPS, GraphModuleSerializer
 
 import schema
 from app.programs.screen import UnsafeProgram, custom_namespaces, refuse_if_unsafe, screen
-from app.programs.validation import Finding, validate_document
-from app.settings import Settings
+from app.programs.findings import Finding
+from app.programs.validation import validate_document
+from app.settings import Limits
 from tests.programs import PROGRAM_NAMES, torch_json
 
-SETTINGS = Settings()
+SETTINGS = Limits()
 LENIENT = dataclasses.replace(SETTINGS, allow_opaque_pickles=True)
 HOSTILE = "__import__('os').system('touch /tmp/pt2serde-pwned')"
 NODES = "/graph_module/graph/nodes"

@@ -20,10 +20,10 @@ from app.programs.validation import (
     validate_bytes,
     validate_document,
 )
-from app.settings import Settings
+from app.settings import Limits
 from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
 
-SETTINGS = Settings()
+SETTINGS = Limits()
 Mutation = Callable[[dict[str, Any]], None]
 
 
@@ -143,7 +143,7 @@ def test_invalid_json() -> None:
 # ---------------------------------------------------------------- bounds
 
 
-def _limited(**limits: Any) -> Settings:
+def _limited(**limits: Any) -> Limits:
     return dataclasses.replace(SETTINGS, **limits)
 
 
