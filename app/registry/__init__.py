@@ -7,9 +7,12 @@ store under ``<data_dir>/blobs``.
 
 from __future__ import annotations
 
+# outbox and search: their tables join the registry's metadata
+from app.registry import outbox, search
 from app.registry.blobs import BlobStore, Staged
 from app.registry.errors import RegistryFailure
 from app.registry.ingest import Candidate, prepare
+from app.registry.names import LATEST, MAX_VERSION, check_alias, check_model_name
 from app.registry.records import (
     AliasInfo,
     CleanupReport,
@@ -21,7 +24,7 @@ from app.registry.records import (
     VersionInfo,
     VersionPage,
 )
-from app.registry.store import LATEST, MAX_VERSION, Registry, check_alias, check_model_name
+from app.registry.store import Registry
 from app.registry.summary import Summary, ValueSummary
 
 __all__ = [
@@ -45,5 +48,7 @@ __all__ = [
     "VersionPage",
     "check_alias",
     "check_model_name",
+    "outbox",
     "prepare",
+    "search",
 ]

@@ -20,6 +20,7 @@ from alembic.config import Config
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Connection,
     DateTime,
@@ -35,6 +36,7 @@ from sqlalchemy import (
     create_engine,
     event,
     exc,
+    false,
     text,
 )
 from sqlalchemy.engine import make_url
@@ -93,6 +95,9 @@ versions = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("deleted_at", DateTime(timezone=True), nullable=True),
     Column("deleted_reason", Text, nullable=True),
+    #: who pushed it (a principal) and with which token: search and per-token quotas read them
+    Column("created_by", String(128), nullable=True),
+    Column("created_token", String(32), nullable=True),
     UniqueConstraint("model_id", "version"),
     Index(
         "uq_versions_live_program",
@@ -104,6 +109,7 @@ versions = Table(
     ),
     Index("ix_versions_archive_digest", "archive_digest"),
     Index("ix_versions_graph_digest", "graph_digest"),
+    Index("ix_versions_created_token", "created_token"),
 )
 
 tags = Table(
@@ -122,6 +128,8 @@ aliases = Table(
     Column("alias", String(64), primary_key=True),
     Column("version_id", ForeignKey("versions.id"), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    #: only a caller with `manage` on the model moves or removes a protected alias
+    Column("protected", Boolean, nullable=False, server_default=false()),
 )
 
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from app.programs.validation import Finding
+from app.programs.findings import Finding
 from app.registry.summary import Summary
 
 
@@ -76,6 +76,8 @@ class AliasInfo(BaseModel):
     alias: str
     version: int
     updated_at: datetime
+    #: only a caller with manage on the model moves or removes it
+    protected: bool = False
 
 
 class Pushed(BaseModel):

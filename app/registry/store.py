@@ -7,7 +7,6 @@ no version refers to, which `cleanup` removes (it runs whenever a `Registry` ope
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +17,24 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app import operations as ops
 from app.archive import open_archive
+from app.registry import labels, quotas
+from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.blobs import BlobStore, Staged, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
 from app.registry.errors import RegistryFailure
 from app.registry.ingest import Candidate, prepare
+from app.registry.names import (
+    LATEST,
+    MAX_PAGE,
+    MAX_REASON,
+    MAX_TAG_VALUE,
+    MAX_VERSION,
+    check_alias,
+    check_model_name,
+    check_tag_key,
+    check_text,
+    version_number,
+)
 from app.registry.records import (
     AliasInfo,
     CleanupReport,
@@ -38,62 +51,9 @@ from app.settings import Settings
 Content = Literal["archive", "canonical"]
 BlobKind = Literal["archive", "canonical"]
 
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
-_TAG_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
-#: a version reference naming the newest version not deleted (never an alias).
-LATEST = "latest"
-MAX_TAG_VALUE = 4096
-MAX_REASON = 2000
-MAX_PAGE = 1000
 
-
-def _check(pattern: re.Pattern[str], value: str, what: str) -> str:
-    if pattern.fullmatch(value) is None:
-        raise RegistryFailure(
-            "invalid-name", f"{value!r} is not a valid {what} (allowed: {pattern.pattern})"
-        )
-    return value
-
-
-def check_model_name(name: str) -> str:
-    """`name` if it is a valid model name, else invalid-name."""
-    return _check(_MODEL_NAME, name, "model name")
-
-
-def check_alias(alias: str) -> str:
-    """`alias` if it is a valid alias (a letter first, so never a version number)."""
-    _check(_ALIAS, alias, "alias")
-    if alias == LATEST:
-        raise RegistryFailure("invalid-name", f"{LATEST!r} is reserved for the newest version")
-    return alias
-
-
-#: version numbers are 32-bit integers in the database.
-MAX_VERSION = 2**31 - 1
-
-
-def check_text(value: str, what: str, limit: int) -> str:
-    """`value` if it is 1 to `limit` characters a database can store (no NUL, valid UTF-8)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RegistryFailure("invalid-name", f"the {what} is not valid UTF-8") from None
-    if not value.strip() or len(value) > limit or "\x00" in value:
-        raise RegistryFailure(
-            "invalid-name", f"give a {what} of 1 to {limit} characters, without NUL"
-        )
-    return value
-
-
-def version_number(ref: str) -> int | None:
-    """The version number `ref` spells (past MAX_VERSION: MAX_VERSION + 1), None if it is not a
-    number."""
-    if not (ref.isascii() and ref.isdigit()):
-        return None
-    # int() refuses over 4300 digits, and no version is that long: never parse one that is
-    digits = ref.lstrip("0") or "0"
-    return int(digits) if len(digits) <= len(str(MAX_VERSION)) else MAX_VERSION + 1
+def _target(name: str, version: int) -> str:
+    return f"models/{name}/versions/{version}"
 
 
 def _live() -> Any:
@@ -105,6 +65,7 @@ class Registry:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.quotas = quotas.Quotas.of(settings)
         self.blobs = BlobStore(settings.data_dir)
         try:
             self.db = Database(settings)
@@ -134,7 +95,7 @@ class Registry:
             served.discard()
             raise
 
-    def push(self, name: str, candidate: Candidate) -> Pushed:
+    def push(self, name: str, candidate: Candidate, actor: Actor = SYSTEM) -> Pushed:
         """Store a validated program as the model's next version, or return the live version
         that already has its program digest (whose served bytes stay as they are: both were
         written by us from proven members). The candidate's archive is placed or discarded."""
@@ -157,7 +118,13 @@ class Registry:
                 number = existing
                 if existing is None:
                     number = last + 1
-                    self._insert(conn, model_id, number, staged, canonical, candidate)
+                    quotas.check_push(conn, self.quotas, model_id, name, actor, staged.size)
+                    self._insert(conn, model_id, number, staged, canonical, candidate, actor)
+                    after = {"version": number, "program_digest": candidate.digests.program}
+                    self._record(
+                        conn,
+                        Change(actor, "version.push", _target(name, number), name, after=after),
+                    )
             return Pushed(
                 version=self.version(name, str(number)),
                 created=existing is None,
@@ -191,6 +158,7 @@ class Registry:
         staged: Staged,
         canonical: Staged,
         candidate: Candidate,
+        actor: Actor,
     ) -> None:
         archive_digest = self.blobs.place(staged)
         self.blobs.place(canonical)
@@ -210,44 +178,73 @@ class Registry:
                 readable_by=candidate.readable_by,
                 summary=candidate.summary.model_dump(mode="json"),
                 created_at=now(),
+                created_by=actor.principal,
+                created_token=actor.token_id,
             )
         )
 
-    def set_alias(self, name: str, alias: str, version: int) -> AliasInfo:
-        """Point `alias` at a live version (creating or moving it)."""
+    def set_alias(
+        self,
+        name: str,
+        alias: str,
+        version: int,
+        actor: Actor = SYSTEM,
+        protected: bool | None = None,
+        manage: bool = True,
+    ) -> AliasInfo:
+        """Point `alias` at a live version (creating or moving it); `protected` marks or unmarks
+        it. A protected alias, and the mark itself, need `manage` (the caller says if it has it)."""
         check_alias(alias)
         with self.db.write() as conn:
-            model = self._model(conn, name)
+            model = self._model(conn, name, lock=True)
             row = self._live_version(conn, model, str(version))
+            before = labels.alias(conn, model.id, alias)
+            labels.guard(model.name, alias, before, manage, marking=protected is not None)
+            if before is None:
+                quotas.check_alias(conn, self.quotas, model.id, alias)
+            keep = bool(before and before["protected"]) if protected is None else protected
             dialect = postgresql if self.db.postgresql else sqlite
             stamp = now()
+            values = {"version_id": row.id, "updated_at": stamp, "protected": keep}
             conn.execute(
                 dialect.insert(aliases)
-                .values(model_id=model.id, alias=alias, version_id=row.id, updated_at=stamp)
-                .on_conflict_do_update(
-                    index_elements=["model_id", "alias"],
-                    set_={"version_id": row.id, "updated_at": stamp},
-                )
+                .values(model_id=model.id, alias=alias, **values)
+                .on_conflict_do_update(index_elements=["model_id", "alias"], set_=values)
             )
-        return AliasInfo(model=name, alias=alias, version=row.version, updated_at=stamp)
+            after = {"version": row.version, "protected": keep}
+            target = f"models/{name}/aliases/{alias}"
+            self._record(conn, Change(actor, "alias.set", target, name, before, after))
+        return AliasInfo(
+            model=name, alias=alias, version=row.version, updated_at=stamp, protected=keep
+        )
 
-    def delete_alias(self, name: str, alias: str) -> None:
-        """Remove an alias."""
+    def delete_alias(
+        self, name: str, alias: str, actor: Actor = SYSTEM, manage: bool = True
+    ) -> None:
+        """Remove an alias (a protected one needs `manage`)."""
         check_alias(alias)
         with self.db.write() as conn:
-            model = self._model(conn, name)
-            gone = conn.execute(
+            model = self._model(conn, name, lock=True)
+            before = labels.alias(conn, model.id, alias)
+            if before is None:
+                raise RegistryFailure("alias-not-found", f"{name} has no alias {alias!r}")
+            labels.guard(model.name, alias, before, manage, marking=False)
+            conn.execute(
                 delete(aliases).where(aliases.c.model_id == model.id, aliases.c.alias == alias)
             )
-            if gone.rowcount == 0:
-                raise RegistryFailure("alias-not-found", f"{name} has no alias {alias!r}")
+            target = f"models/{name}/aliases/{alias}"
+            self._record(conn, Change(actor, "alias.delete", target, name, before))
 
-    def set_tag(self, name: str, ref: str, key: str, value: str) -> VersionInfo:
+    def set_tag(
+        self, name: str, ref: str, key: str, value: str, actor: Actor = SYSTEM
+    ) -> VersionInfo:
         """Set a free-form tag on a live version."""
-        _check(_TAG_KEY, key, "tag key")
+        check_tag_key(key)
         check_text(value, "tag value", MAX_TAG_VALUE)
         with self.db.write() as conn:
-            row = self._live_version(conn, self._model(conn, name), ref)
+            row = self._live_version(conn, self._model(conn, name, lock=True), ref)
+            quotas.check_tag(conn, self.quotas, row.id, key, value)
+            before = labels.tag(conn, row.id, key)
             dialect = postgresql if self.db.postgresql else sqlite
             stamp = now()
             conn.execute(
@@ -257,24 +254,45 @@ class Registry:
                     index_elements=["version_id", "key"], set_={"value": value, "updated_at": stamp}
                 )
             )
+            target = f"{_target(name, row.version)}/tags/{key}"
+            self._record(conn, Change(actor, "tag.set", target, name, before, {"value": value}))
         return self.version(name, str(row.version))
 
-    def delete_tag(self, name: str, ref: str, key: str) -> VersionInfo:
+    def delete_tag(self, name: str, ref: str, key: str, actor: Actor = SYSTEM) -> VersionInfo:
         """Remove a tag from a live version."""
-        _check(_TAG_KEY, key, "tag key")
+        check_tag_key(key)
         with self.db.write() as conn:
-            row = self._live_version(conn, self._model(conn, name), ref)
-            gone = conn.execute(delete(tags).where(tags.c.version_id == row.id, tags.c.key == key))
-            if gone.rowcount == 0:
+            row = self._live_version(conn, self._model(conn, name, lock=True), ref)
+            before = labels.tag(conn, row.id, key)
+            if before is None:
                 raise RegistryFailure("tag-not-found", f"{name} v{row.version} has no tag {key!r}")
+            conn.execute(delete(tags).where(tags.c.version_id == row.id, tags.c.key == key))
+            target = f"{_target(name, row.version)}/tags/{key}"
+            self._record(conn, Change(actor, "tag.delete", target, name, before))
         return self.version(name, str(row.version))
 
-    def delete_version(self, name: str, ref: str, reason: str) -> VersionInfo:
-        """Soft-delete a version with a reason; its aliases go, its blobs are collected once no
-        live version refers to them."""
+    def delete_version(
+        self,
+        name: str,
+        ref: str,
+        reason: str,
+        actor: Actor = SYSTEM,
+        detach_aliases: bool = False,
+    ) -> VersionInfo:
+        """Soft-delete a version with a reason; its blobs are collected once no live version
+        refers to them. A version aliases point at is refused (version-has-aliases) unless
+        `detach_aliases`, which removes them, each recorded as its own change."""
         check_text(reason, "reason", MAX_REASON)
         with self.db.write() as conn:
-            row = self._live_version(conn, self._model(conn, name), ref)
+            model = self._model(conn, name, lock=True)
+            row = self._live_version(conn, model, ref)
+            named = labels.version_aliases(conn, row.id)
+            if named and not detach_aliases:
+                raise RegistryFailure(
+                    "version-has-aliases",
+                    f"{name} v{row.version} is what {', '.join(named)} name: move them first, "
+                    "or ask for them to be removed with it (detach_aliases=true)",
+                )
             marked = conn.execute(
                 update(versions)
                 .where(versions.c.id == row.id, _live())
@@ -282,9 +300,21 @@ class Registry:
             )
             if marked.rowcount == 0:
                 raise RegistryFailure("version-deleted", f"{name} v{row.version} is deleted")
+            for alias, protected in named.items():
+                before = {"version": row.version, "protected": protected}
+                target = f"models/{name}/aliases/{alias}"
+                self._record(conn, Change(actor, "alias.delete", target, name, before))
             conn.execute(delete(aliases).where(aliases.c.version_id == row.id))
+            target = _target(name, row.version)
+            after = {"reason": reason, "detached_aliases": sorted(named)}
+            self._record(conn, Change(actor, "version.delete", target, name, after=after))
         self.collect([row.archive_digest, row.graph_digest])
         return self.version(name, str(row.version))
+
+    def _record(self, conn: Connection, change: Change) -> None:
+        """The one seam every change passes through, inside its transaction: the audit row
+        (and whatever else must commit or roll back with the change)."""
+        record(conn, change)
 
     def collect(self, digests: Iterable[str] | None = None) -> list[str]:
         """Remove blobs (these, or every stored one) that no live version refers to."""
@@ -454,9 +484,12 @@ class Registry:
 
     # ------------------------------------------------------------ helpers
 
-    def _model(self, conn: Connection, name: str) -> Row[Any]:
+    def _model(self, conn: Connection, name: str, lock: bool = False) -> Row[Any]:
+        """The model's row; `lock`: held until the transaction ends, which serializes a model's
+        writers on PostgreSQL as SQLite's one writer does (quotas count under that lock)."""
         check_model_name(name)
-        row = conn.execute(select(models).where(models.c.name == name)).first()
+        query = select(models).where(models.c.name == name)
+        row = conn.execute(query.with_for_update() if lock else query).first()
         if row is None:
             raise RegistryFailure("model-not-found", f"no model named {name!r}")
         return row

@@ -191,7 +191,7 @@ def test_delete_is_soft_and_collects_blobs_when_unreferenced(
     a = push(registry, "a", archives["conv"]).version
     push(registry, "b", archives["conv"])
     registry.set_alias("a", "champion", 1)
-    deleted = registry.delete_version("a", "champion", "wrong labels")
+    deleted = registry.delete_version("a", "champion", "wrong labels", detach_aliases=True)
     assert (deleted.version, deleted.deleted_reason, deleted.aliases) == (1, "wrong labels", [])
     assert deleted.deleted_at is not None
     # b still refers to the same blobs

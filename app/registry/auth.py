@@ -1,0 +1,377 @@
+"""Identities and permissions: API tokens, per-model grants, the organization's default.
+
+A token is 256 random bits shown once; the database keeps only its sha256. A fast hash is
+enough here because the secret is not a password: with 2^256 candidates no guessing speed
+finds a preimage, and an unsalted digest lets every request find its token by an indexed
+equality lookup instead of trying a slow hash against every row (bcrypt/argon2 earn their
+cost only on low-entropy secrets chosen by people).
+
+A model's permissions are grants (`principal` -> read, write or manage; ``*`` is every
+authenticated principal). A model nobody has configured (no grant names it) follows the
+organization's default (PT2SERDE_DEFAULT_PERMISSION). Admins have manage everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, get_args
+
+from pydantic import BaseModel
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    DateTime,
+    Index,
+    String,
+    Table,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.registry.audit import Actor, Change, record
+from app.registry.db import Database, metadata, now, utc
+from app.registry.errors import RegistryFailure
+
+Level = Literal["none", "read", "write", "manage"]
+LEVELS: tuple[Level, ...] = get_args(Level)
+#: a grant to this principal applies to every authenticated principal.
+EVERYONE = "*"
+#: the token row the bootstrap secret (PT2SERDE_ADMIN_TOKEN) is kept under.
+BOOTSTRAP_ID = "bootstrap-admin"
+#: a prefix that makes a leaked token easy to spot by secret scanners.
+TOKEN_PREFIX = "pt2s_"
+_PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9@._+-]{0,127}")
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("secret_sha256", String(64), nullable=False, unique=True),
+    Column("admin", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_by", String(128), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Index("ix_api_tokens_owner", "owner"),
+)
+
+model_permissions = Table(
+    "model_permissions",
+    metadata,
+    #: a model name, configured before or after the model's first push
+    Column("model", String(128), primary_key=True),
+    Column("principal", String(128), primary_key=True),
+    Column("level", String(8), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+
+class AccessFailure(RegistryFailure):
+    """Missing or insufficient credentials (401/403), with the headers the answer carries."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.headers = (
+            {"WWW-Authenticate": 'Bearer realm="pt2serde"'} if code != "forbidden" else {}
+        )
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An authenticated caller: a principal, the token it used, whether it is an admin."""
+
+    principal: str
+    token_id: str | None = None
+    admin: bool = False
+
+
+#: every caller when no way to authenticate is configured (loopback only): today's open registry.
+ANONYMOUS = Identity("anonymous", None, admin=True)
+
+
+class TokenInfo(BaseModel):
+    """A token's public record (never its secret)."""
+
+    id: str
+    name: str
+    owner: str
+    admin: bool
+    created_at: datetime
+    created_by: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class NewToken(TokenInfo):
+    """A token just created: the only answer that carries its secret."""
+
+    secret: str
+
+
+class Grant(BaseModel):
+    """A principal's permission on a model."""
+
+    model: str
+    principal: str
+    level: Level
+    updated_at: datetime
+
+
+def check_principal(principal: str) -> str:
+    """`principal` if it is a valid user name (or ``*`` where grants allow it)."""
+    if _PRINCIPAL.fullmatch(principal) is None:
+        raise RegistryFailure(
+            "invalid-name", f"{principal!r} is not a valid principal ({_PRINCIPAL.pattern})"
+        )
+    return principal
+
+
+def secret_sha256(secret: str) -> str:
+    """The stored form of a token's secret."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def at_least(level: Level, needed: Level) -> bool:
+    """Whether `level` includes `needed`."""
+    return LEVELS.index(level) >= LEVELS.index(needed)
+
+
+def _token(row: object) -> TokenInfo:
+    info = TokenInfo.model_validate(row, from_attributes=True)
+    return info.model_copy(
+        update={
+            "created_at": utc(info.created_at),
+            "expires_at": utc(info.expires_at) if info.expires_at else None,
+            "revoked_at": utc(info.revoked_at) if info.revoked_at else None,
+        }
+    )
+
+
+class Access:
+    """Tokens and grants over the registry's database; every change is audited."""
+
+    def __init__(self, db: Database, default: Level) -> None:
+        self.db = db
+        self.default = default
+
+    # ------------------------------------------------------------ tokens
+
+    def bootstrap(self, secret: str) -> None:
+        """Keep the bootstrap admin token's row matching `secret` (rotating it replaces the
+        old one), so it authenticates, and is audited and rate-limited, like any other."""
+        digest = secret_sha256(secret)
+        dialect = postgresql if self.db.postgresql else sqlite
+        with self.db.write() as conn:
+            conn.execute(
+                dialect.insert(api_tokens)
+                .values(
+                    id=BOOTSTRAP_ID,
+                    name="bootstrap admin (PT2SERDE_ADMIN_TOKEN)",
+                    owner="admin",
+                    secret_sha256=digest,
+                    admin=True,
+                    created_at=now(),
+                    created_by="system",
+                )
+                .on_conflict_do_update(
+                    index_elements=["id"], set_={"secret_sha256": digest, "revoked_at": None}
+                )
+            )
+
+    def authenticate(self, secret: str) -> Identity:
+        """The identity a bearer secret stands for; 401 codes when it is unknown, expired or
+        revoked."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(api_tokens).where(api_tokens.c.secret_sha256 == secret_sha256(secret))
+            ).first()
+        if row is None:
+            raise AccessFailure("unauthenticated", "the bearer token is not known")
+        if row.revoked_at is not None:
+            raise AccessFailure("token-revoked", f"the token {row.id} was revoked")
+        if row.expires_at is not None and utc(row.expires_at) <= now():
+            raise AccessFailure("token-expired", f"the token {row.id} expired")
+        return Identity(row.owner, row.id, bool(row.admin))
+
+    def create_token(
+        self, actor: Actor, owner: str, name: str, admin: bool, expires_at: datetime | None
+    ) -> NewToken:
+        """A new token for `owner`; its secret is in this answer and nowhere else."""
+        check_principal(owner)
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        values = {
+            "id": "tok_" + secrets.token_hex(8),
+            "name": name,
+            "owner": owner,
+            "admin": admin,
+            "created_at": now(),
+            "created_by": actor.principal,
+            "expires_at": expires_at,
+            "revoked_at": None,
+        }
+        with self.db.write() as conn:
+            conn.execute(insert(api_tokens).values(**values, secret_sha256=secret_sha256(secret)))
+            info = TokenInfo.model_validate(values)
+            after = info.model_dump(mode="json")
+            record(conn, Change(actor, "token.create", f"tokens/{info.id}", after=after))
+        return NewToken(**info.model_dump(), secret=secret)
+
+    def tokens(self, owner: str | None = None) -> list[TokenInfo]:
+        """Tokens (of one owner, or all), newest first."""
+        query = select(api_tokens).order_by(api_tokens.c.created_at.desc(), api_tokens.c.id)
+        if owner is not None:
+            query = query.where(api_tokens.c.owner == owner)
+        with self.db.read() as conn:
+            return [_token(row) for row in conn.execute(query)]
+
+    def token(self, token_id: str) -> TokenInfo:
+        """One token's record."""
+        with self.db.read() as conn:
+            row = conn.execute(select(api_tokens).where(api_tokens.c.id == token_id)).first()
+        if row is None:
+            raise RegistryFailure("token-not-found", f"no token {token_id!r}")
+        return _token(row)
+
+    def revoke_token(self, actor: Actor, token_id: str) -> TokenInfo:
+        """Revoke a token (it stays listed); revoking it again changes nothing."""
+        with self.db.write() as conn:
+            row = conn.execute(
+                select(api_tokens).where(api_tokens.c.id == token_id).with_for_update()
+            ).first()
+            if row is None:
+                raise RegistryFailure("token-not-found", f"no token {token_id!r}")
+            before = _token(row)
+            if before.revoked_at is not None:
+                return before
+            stamp = now()
+            conn.execute(
+                update(api_tokens).where(api_tokens.c.id == token_id).values(revoked_at=stamp)
+            )
+            after = before.model_copy(update={"revoked_at": stamp})
+            record(
+                conn,
+                Change(
+                    actor,
+                    "token.revoke",
+                    f"tokens/{token_id}",
+                    before=before.model_dump(mode="json"),
+                    after=after.model_dump(mode="json"),
+                ),
+            )
+        return after
+
+    # ------------------------------------------------------------ permissions
+
+    def level(self, identity: Identity, model: str) -> Level:
+        """What `identity` may do with `model`."""
+        if identity.admin:
+            return "manage"
+        with self.db.read() as conn:
+            return self._level(conn, identity, model)
+
+    def _level(self, conn: Connection, identity: Identity, model: str) -> Level:
+        rows = conn.execute(
+            select(model_permissions.c.principal, model_permissions.c.level).where(
+                model_permissions.c.model == model
+            )
+        ).all()
+        if not rows:
+            return self.default
+        mine: list[Level] = [r.level for r in rows if r.principal in (identity.principal, EVERYONE)]
+        return max(mine, key=LEVELS.index, default="none")
+
+    def readable(self, identity: Identity, names: list[str]) -> set[str]:
+        """The models among `names` that `identity` may read."""
+        if identity.admin:
+            return set(names)
+        with self.db.read() as conn:
+            return {n for n in names if at_least(self._level(conn, identity, n), "read")}
+
+    def grants(self, model: str) -> list[Grant]:
+        """A model's grants, by principal."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(model_permissions)
+                .where(model_permissions.c.model == model)
+                .order_by(model_permissions.c.principal)
+            )
+            return [
+                Grant(
+                    model=r.model,
+                    principal=r.principal,
+                    level=r.level,
+                    updated_at=utc(r.updated_at),
+                )
+                for r in rows
+            ]
+
+    def grant(self, actor: Actor, model: str, principal: str, level: Level) -> Grant:
+        """Set `principal`'s level on `model` (``none`` is a grant too: it denies the default)."""
+        if principal != EVERYONE:
+            check_principal(principal)
+        stamp = now()
+        dialect = postgresql if self.db.postgresql else sqlite
+        with self.db.write() as conn:
+            before = self._grant(conn, model, principal)
+            conn.execute(
+                dialect.insert(model_permissions)
+                .values(model=model, principal=principal, level=level, updated_at=stamp)
+                .on_conflict_do_update(
+                    index_elements=["model", "principal"],
+                    set_={"level": level, "updated_at": stamp},
+                )
+            )
+            record(
+                conn,
+                Change(
+                    actor,
+                    "permission.set",
+                    f"models/{model}/permissions/{principal}",
+                    model=model,
+                    before=before,
+                    after={"level": level},
+                ),
+            )
+        return Grant(model=model, principal=principal, level=level, updated_at=stamp)
+
+    def revoke(self, actor: Actor, model: str, principal: str) -> None:
+        """Remove `principal`'s grant on `model`."""
+        with self.db.write() as conn:
+            before = self._grant(conn, model, principal)
+            if before is None:
+                raise RegistryFailure(
+                    "permission-not-found", f"{principal!r} has no grant on {model!r}"
+                )
+            conn.execute(
+                delete(model_permissions).where(
+                    model_permissions.c.model == model, model_permissions.c.principal == principal
+                )
+            )
+            record(
+                conn,
+                Change(
+                    actor,
+                    "permission.delete",
+                    f"models/{model}/permissions/{principal}",
+                    model=model,
+                    before=before,
+                ),
+            )
+
+    def _grant(self, conn: Connection, model: str, principal: str) -> dict[str, str] | None:
+        level = conn.execute(
+            select(model_permissions.c.level)
+            .where(model_permissions.c.model == model, model_permissions.c.principal == principal)
+            .with_for_update()
+        ).scalar()
+        return None if level is None else {"level": level}
