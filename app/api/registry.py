@@ -6,21 +6,21 @@ earlier crash left) when the app starts and closes it when the app stops.
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, BinaryIO
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
 from app import operations as ops
 from app.api.deps import PoolDep, SettingsDep
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
-from app.api.problems import ServiceError, problem, problem_responses
+from app.api.problems import ServiceError, problem_responses
+from app.api.ranges import bytes_response
 from app.api.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.archive import open_archive
 from app.programs.diff import ProgramDiff
@@ -55,7 +55,6 @@ router = APIRouter(prefix="/v1", tags=["registry"], lifespan=_lifespan)
 _ARCHIVE_TYPES = {"application/zip", "application/x-zip-compressed", "application/octet-stream", ""}
 _ZIP = "application/zip"
 _JSON = "application/json"
-_CHUNK = 1 << 16
 _FILE_PARTS = ("file", "archive")
 
 _NAME_PROBLEMS = ("invalid-name", "model-not-found", "registry-unavailable", "request-invalid")
@@ -137,155 +136,6 @@ async def staged_upload(
 
 
 StagedDep = Annotated[Staged, Depends(staged_upload)]
-
-
-# ---------------------------------------------------------------- responses with bytes
-
-
-def _etag_matches(header: str | None, etag: str) -> bool:
-    if header is None:
-        return False
-    tags = [t.strip().removeprefix("W/") for t in header.split(",")]
-    return "*" in tags or etag in tags
-
-
-#: More ranges than this in one Range header are ignored (RFC 9110 14.2 lets a server ignore a
-#: set of many small ranges: each costs a part header and a seek).
-MAX_RANGES = 16
-Span = tuple[int, int]
-
-
-def _position(text: str) -> int:
-    """A range's byte position; ValueError unless ASCII digits. Positions past any file's size
-    are not parsed (int() refuses over 4300 digits): they only need to compare as too large."""
-    if not (text.isascii() and text.isdigit()):
-        raise ValueError(text)
-    digits = text.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 19 else 1 << 64
-
-
-def byte_ranges(header: str | None, size: int) -> list[Span] | None:
-    """The (start, end exclusive) spans a ``bytes=`` Range asks for, in ascending order with
-    overlapping or adjacent ones coalesced; [] when none is satisfiable (416).
-
-    None sends the whole representation with 200: no Range, another unit, a malformed range
-    set or more than MAX_RANGES ranges, all of which RFC 9110 lets a server ignore.
-    """
-    if not header:
-        return None
-    unit, equals, spec = header.partition("=")
-    items = [item.strip() for item in spec.split(",") if item.strip()]
-    if not equals or unit.strip().lower() != "bytes" or not items or len(items) > MAX_RANGES:
-        return None
-    spans: list[Span] = []
-    try:
-        for item in items:
-            first, dash, last = (part.strip() for part in item.partition("-"))
-            if not dash or not (first or last):
-                return None
-            if not first:
-                suffix = _position(last)
-                if suffix > 0 and size > 0:
-                    spans.append((max(0, size - suffix), size))
-                continue
-            start = _position(first)
-            end = _position(last) + 1 if last else size
-            if last and end <= start:
-                return None
-            if start < size:
-                spans.append((start, min(end, size)))
-    except ValueError:
-        return None
-    merged: list[Span] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _chunks(
-    handle: BinaryIO, spans: list[tuple[bytes, int, int]], tail: bytes = b""
-) -> Iterator[bytes]:
-    """Each span's prefix and bytes, then `tail`; the handle is closed at the end."""
-    try:
-        for prefix, start, end in spans:
-            if prefix:
-                yield prefix
-            handle.seek(start)
-            left = end - start
-            while left > 0:
-                chunk = handle.read(min(_CHUNK, left))
-                if not chunk:
-                    break
-                left -= len(chunk)
-                yield chunk
-        if tail:
-            yield tail
-    finally:
-        handle.close()
-
-
-def _bytes_response(
-    request: Request, handle: BinaryIO, etag: str, media_type: str, headers: dict[str, str]
-) -> Response:
-    """The file with ETag, If-None-Match (304) and Range support: one range as a 206, several
-    as a 206 multipart/byteranges, none satisfiable as a 416 (``Content-Range: bytes */size``)."""
-    quoted = f'"{etag}"'
-    common = {**headers, "ETag": quoted, "Accept-Ranges": "bytes"}
-    if _etag_matches(request.headers.get("if-none-match"), quoted):
-        handle.close()
-        return Response(status_code=304, headers=common)
-    size = handle.seek(0, 2)
-    if_range = request.headers.get("if-range")
-    spans = None
-    if if_range is None or if_range.strip() == quoted:
-        spans = byte_ranges(request.headers.get("range"), size)
-    if spans is None:
-        return StreamingResponse(
-            _chunks(handle, [(b"", 0, size)]),
-            media_type=media_type,
-            headers={**common, "Content-Length": str(size)},
-        )
-    if not spans:
-        handle.close()
-        asked = request.headers.get("range", "")[:200]
-        response = problem("range-not-satisfiable", f"no range of {asked!r} is in the {size} bytes")
-        response.headers.update({**common, "Content-Range": f"bytes */{size}"})
-        return response
-    if len(spans) == 1:
-        start, end = spans[0]
-        return StreamingResponse(
-            _chunks(handle, [(b"", start, end)]),
-            status_code=206,
-            media_type=media_type,
-            headers={
-                **common,
-                "Content-Length": str(end - start),
-                "Content-Range": f"bytes {start}-{end - 1}/{size}",
-            },
-        )
-    boundary = secrets.token_hex(16)
-    parts = [
-        (
-            # the CRLF before each boundary but the first belongs to the delimiter
-            ("\r\n" if i else "").encode()
-            + f"--{boundary}\r\nContent-Type: {media_type}\r\n".encode()
-            + f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n".encode(),
-            start,
-            end,
-        )
-        for i, (start, end) in enumerate(spans)
-    ]
-    tail = f"\r\n--{boundary}--\r\n".encode("latin-1")
-    length = sum(len(prefix) + end - start for prefix, start, end in parts) + len(tail)
-    return StreamingResponse(
-        _chunks(handle, parts, tail),
-        status_code=206,
-        media_type=f"multipart/byteranges; boundary={boundary}",
-        headers={**common, "Content-Length": str(length)},
-    )
 
 
 def _digest_headers(info: VersionInfo) -> dict[str, str]:
@@ -416,7 +266,7 @@ def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) ->
         **_digest_headers(info),
         "Content-Disposition": f'attachment; filename="{info.model}-v{info.version}.pt2"',
     }
-    return _bytes_response(request, handle, info.digests.archive, _ZIP, headers)
+    return bytes_response(request, handle, info.digests.archive, _ZIP, headers)
 
 
 @router.get(
@@ -451,7 +301,7 @@ def get_document(name: str, ref: str, registry: RegistryDep, settings: SettingsD
 def get_canonical(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
     """The canonical document's bytes, with the digests as headers."""
     info, handle = registry.open_content(name, ref, "canonical")
-    return _bytes_response(request, handle, info.digests.graph, _JSON, _digest_headers(info))
+    return bytes_response(request, handle, info.digests.graph, _JSON, _digest_headers(info))
 
 
 @router.get(
@@ -547,7 +397,7 @@ def delete_alias(name: str, alias: str, registry: RegistryDep) -> Response:
 def get_blob(digest: str, request: Request, registry: RegistryDep) -> Response:
     """A stored blob by its sha256 (a .pt2 or a canonical document a live version refers to)."""
     kind, handle = registry.open_blob(digest)
-    return _bytes_response(request, handle, digest, _ZIP if kind == "archive" else _JSON, {})
+    return bytes_response(request, handle, digest, _ZIP if kind == "archive" else _JSON, {})
 
 
 def _options(methods: list[str]) -> Callable[[], Response]:
