@@ -31,14 +31,9 @@ from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
 from app.programs.inspect.common import graph_weights
 from app.programs.screen import refuse_if_unsafe, screen
-from app.programs.validation import (
-    Finding,
-    Level,
-    Report,
-    check_bounds,
-    validate_bytes,
-    validate_document,
-)
+from app.programs.bounds import check_bounds
+from app.programs.findings import Finding, Level, Report
+from app.programs.validation import validate_bytes, validate_document
 from app.settings import Settings
 
 Media = Literal["zip", "json"]

@@ -32,7 +32,7 @@ from app.archive import ManifestEntry, manifest, open_archive
 from app.bridge import pt2_bytes, write_pt2
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, weights_digest
-from app.programs.validation import Report
+from app.programs.findings import Report
 from app.settings import Settings
 from bench.measure import CheckFailed, Timing, timed
 from bench.plan import Plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import typing
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any, Literal
@@ -10,8 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from schema._base import FIRST_KNOWN, Arm, Struct, Version
-from schema.description import Description, field_wire, union_arms
+from schema._base import FIRST_KNOWN, Arm, Version
+from schema.description import Description, field_annotation, field_wire, union_arms
 from schema.diff import (
     Bump,
     Change,
@@ -182,17 +183,11 @@ def struct_defaults(model: type[BaseModel]) -> dict[str, Any]:
 
 
 @functools.cache
-def _field_since(model: type[BaseModel]) -> dict[str, Version]:
-    return {name: field_wire(info).since for name, info in model.model_fields.items()}
-
-
-@functools.cache
-def _arms() -> dict[type[Arm], tuple[str, Version]]:
-    out: dict[type[Arm], tuple[str, Version]] = {}
+def _arms() -> dict[type[Arm], str]:
+    out: dict[type[Arm], str] = {}
     for name, union in UNIONS.items():
         for arm in union_arms(union)[1]:
-            [info] = arm.model_fields.values()
-            out[arm] = (f"{name}.{arm.__tag__}", field_wire(info).since)
+            out[arm] = f"{name}.{arm.__tag__}"
     return out
 
 
@@ -203,6 +198,73 @@ def _enum_since(member: IntEnum) -> Version:
 
 #: What the walk of a document descends into or notes; scalars are neither.
 _WALKED = (BaseModel, list, dict, IntEnum)
+_NO_DEFAULT: Any = object()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the walk of a document needs of one model class."""
+
+    #: per field: name, feature path, kind, first version, default (or _NO_DEFAULT)
+    fields: tuple[tuple[str, str, FeatureKind, Version, Any], ...]
+    #: the newest field or arm version reachable below the class, enum values aside
+    ceiling: Version
+    #: fields holding an enum value directly
+    enum_fields: tuple[str, ...]
+    #: whether enums also occur deeper than the direct fields
+    deep_enums: bool
+
+
+def _types_in(annotation: Any) -> list[type]:
+    found: list[type] = []
+    stack = [annotation]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, type) and issubclass(t, BaseModel | IntEnum):
+            found.append(t)
+        else:
+            stack.extend(typing.get_args(t))
+    return found
+
+
+@functools.cache
+def _field_types(model: type[BaseModel]) -> dict[str, list[type]]:
+    return {name: _types_in(field_annotation(i)) for name, i in model.model_fields.items()}
+
+
+@functools.cache
+def _plan(model: type[BaseModel]) -> _Plan:
+    defaults = struct_defaults(model)
+    arm = _arms().get(model) if issubclass(model, Arm) else None
+    kind: FeatureKind = "arm" if arm else "field"
+    fields = tuple(
+        (
+            name,
+            arm or f"{model.__name__}.{name}",
+            kind,
+            field_wire(info).since,
+            defaults.get(name, _NO_DEFAULT),
+        )
+        for name, info in model.model_fields.items()
+    )
+    direct = _field_types(model)
+    enum_fields = tuple(n for n, ts in direct.items() if any(issubclass(t, IntEnum) for t in ts))
+    ceiling = max([FIRST_KNOWN, *(f[3] for f in fields)])
+    deep_enums = False
+    seen: set[type] = {model}
+    stack = [t for ts in direct.values() for t in ts if issubclass(t, BaseModel)]
+    while stack:
+        nested = stack.pop()
+        if nested in seen:
+            continue
+        seen.add(nested)
+        ceiling = max([ceiling, *(field_wire(i).since for i in nested.model_fields.values())])
+        for t in (t for ts in _field_types(nested).values() for t in ts):
+            if issubclass(t, IntEnum):
+                deep_enums = True
+            elif issubclass(t, BaseModel):
+                stack.append(t)
+    return _Plan(fields, ceiling, enum_fields, deep_enums)
 
 
 @dataclass(frozen=True)
@@ -218,41 +280,56 @@ class Use:
     seen_from: Version
 
 
-def used_features(doc: BaseModel) -> dict[str, Use]:
-    """The features a document uses: fields present and not at their default, arms, enum values."""
-    found: dict[str, Use] = {}
+def _walk(doc: BaseModel, found: dict[str, Use] | None) -> Version:
+    """The newest first version among the features `doc` uses: fields not at their default
+    (a field without one always), union arms, enum values. With `found`, every feature is noted
+    in it; without, a part of the document that holds nothing newer than the newest feature
+    met so far is skipped."""
+    best = FIRST_KNOWN
 
     def note(path: str, since: Version, kind: FeatureKind, seen_from: Version) -> None:
-        old = found.get(path)
-        if old is None or seen_from < old.seen_from:
-            found[path] = Use(since, kind, seen_from)
+        if found is not None:
+            old = found.get(path)
+            if old is None or seen_from < old.seen_from:
+                found[path] = Use(since, kind, seen_from)
 
-    arms = _arms()
     stack: list[tuple[Any, Version]] = [(doc, FIRST_KNOWN)]
     while stack:
         value, seen_from = stack.pop()
-        if isinstance(value, Arm):
-            path, since = arms[type(value)]
-            note(path, since, "arm", seen_from)
-            stack.append((value.value, max(seen_from, since)))
-        elif isinstance(value, Struct):
-            cls = type(value)
-            defaults = struct_defaults(cls)
-            sinces = _field_since(cls)
-            for name in cls.model_fields:
-                field_value = getattr(value, name)
-                if isinstance(field_value, _WALKED):
-                    stack.append((field_value, max(seen_from, sinces[name])))
-                if name not in value.model_fields_set:
+        if isinstance(value, BaseModel):
+            plan = _plan(type(value))
+            if found is None and plan.ceiling <= best and not plan.deep_enums:
+                # nothing below can raise the version but the enum values held right here
+                stack.extend((getattr(value, name), seen_from) for name in plan.enum_fields)
+                continue
+            for name, path, kind, since, default in plan.fields:
+                item = getattr(value, name)
+                if default is not _NO_DEFAULT and item == default:
                     continue
-                if name in defaults and field_value == defaults[name]:
-                    continue
-                note(f"{cls.__name__}.{name}", sinces[name], "field", seen_from)
+                best = max(best, since)
+                note(path, since, kind, seen_from)
+                if isinstance(item, _WALKED):
+                    stack.append((item, max(seen_from, since)))
         elif isinstance(value, list | dict):
             items = value.values() if isinstance(value, dict) else value
             stack.extend((item, seen_from) for item in items if isinstance(item, _WALKED))
         elif isinstance(value, IntEnum) and type(value) in ENUMS:
-            note(f"{type(value).__name__}.{value.name}", _enum_since(value), "enum", seen_from)
+            since = _enum_since(value)
+            best = max(best, since)
+            note(f"{type(value).__name__}.{value.name}", since, "enum", seen_from)
+    return best
+
+
+def newest_used(doc: BaseModel) -> Version:
+    """The newest schema version among the fields (not at their default), union arms and enum
+    values a document uses: the one definition of what a document needs of a schema."""
+    return _walk(doc, None)
+
+
+def used_features(doc: BaseModel) -> dict[str, Use]:
+    """The features a document uses (as `newest_used` counts them), with their versions."""
+    found: dict[str, Use] = {}
+    _walk(doc, found)
     return found
 
 

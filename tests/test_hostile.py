@@ -13,7 +13,7 @@ import pytest
 
 from app import operations as ops
 from app.failure import Failure
-from app.programs.validation import Finding
+from app.programs.findings import Finding
 from app.registry import Registry, RegistryFailure
 from app.settings import Settings
 from schema import Issue, SchemaError

@@ -25,7 +25,7 @@ from torch.utils._sympy.numbers import int_oo
 import schema
 from app import operations as ops
 from app.bridge import WorkerPool
-from app.programs.validation import Level, Report
+from app.programs.findings import Level, Report
 from app.settings import Settings
 from tests.conftest import ROOT
 from tests.programs import archive_bytes, torch_json

@@ -19,7 +19,7 @@ from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part, Upload, receive
 from app.archive import ManifestEntry
 from app.programs.diff import ProgramDiff, render_text
-from app.programs.validation import Level, Report
+from app.programs.findings import Level, Report
 
 router = APIRouter(prefix="/v1", tags=["programs"])
 

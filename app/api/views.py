@@ -14,7 +14,7 @@ from app.api.docs import READ_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange, program_graph, symbol_ranges
-from app.programs.validation import Report
+from app.programs.findings import Report
 
 router = APIRouter(prefix="/v1", tags=["views"])
 

@@ -45,7 +45,7 @@ import orjson
 from pydantic import BaseModel
 
 from app.failure import Failure
-from app.programs.validation import digit_runs
+from app.programs.bounds import digit_runs
 from schema import Issue, dump
 from schema.errors import pointer
 from schema.io import dump_sorted, no_cycle_collection

@@ -10,7 +10,7 @@ a literal slot (a SymInt's ``as_int``, an absent optional tensor) being a leaf w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
 import schema
@@ -241,3 +241,26 @@ def scope(
         yield from use(((j, named.arg) for j, named in enumerate(node.inputs)), i)
         yield from define(enumerate(node.outputs), i)
     yield from use(enumerate(graph.outputs), None)
+
+
+def sym_exprs(graph: schema.Graph, path: str) -> Iterator[tuple[str, str]]:
+    """Every SymExpr string a graph's value metadata holds, with a pointer to `expr_str`."""
+    for name, meta in graph.tensor_values.items():
+        where = path + pointer(["tensor_values", name])
+        for field, values in (("sizes", meta.sizes), ("strides", meta.strides)):
+            for i, value in enumerate(values):
+                if isinstance(value, schema.SymIntAsExpr):
+                    yield value.as_expr.expr_str, f"{where}/{field}/{i}/as_expr/expr_str"
+        if isinstance(meta.storage_offset, schema.SymIntAsExpr):
+            yield meta.storage_offset.as_expr.expr_str, f"{where}/storage_offset/as_expr/expr_str"
+    tables: tuple[tuple[str, Mapping[str, Any]], ...] = (
+        ("sym_int_values", graph.sym_int_values),
+        ("sym_bool_values", graph.sym_bool_values),
+        ("sym_float_values", graph.sym_float_values),
+    )
+    for table, entries in tables:
+        for name, value in entries.items():
+            if isinstance(
+                value, schema.SymIntAsExpr | schema.SymBoolAsExpr | schema.SymFloatAsExpr
+            ):
+                yield value.as_expr.expr_str, path + pointer([table, name, "as_expr", "expr_str"])

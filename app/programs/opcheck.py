@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import schema
 from app.programs import opset
-
-if TYPE_CHECKING:
-    from app.programs.validation import FindingList
+from app.programs.findings import FindingList
+from app.programs.graph import GraphSite
 
 #: The arms of a Python number, which also stand for a Tensor argument of the operators torch
 #: wraps numbers for (`add.Tensor(x, 1)`; `OpSchema.numbers_as_tensors`).
@@ -86,9 +84,9 @@ def accepted_arms(kind: str, *, numbers_as_tensors: bool = False) -> frozenset[s
     return accepted
 
 
-def check_operators(graphs: Sequence[tuple[schema.Graph, str]], found: FindingList) -> None:
+def check_operators(graphs: Sequence[GraphSite], found: FindingList) -> None:
     """Check every call of a builtin-namespace overload in `graphs` against its schema."""
-    for graph, path in graphs:
+    for graph, path, _, _ in graphs:
         for i, node in enumerate(graph.nodes):
             parts = node.target.split(".")
             if len(parts) != 5 or parts[:2] != ["torch", "ops"]:

@@ -18,13 +18,8 @@ import schema
 from app.failure import Failure
 from app.programs import opset
 from app.programs.expr import UnsafeExpression, check_expression, check_guard
-from app.programs.validation import (
-    Finding,
-    FindingList,
-    Severity,
-    sym_exprs,
-    walk_graphs,
-)
+from app.programs.findings import Finding, FindingList, Severity
+from app.programs.graph import GraphSite, sym_exprs, walk_graphs
 from app.settings import Settings
 from schema.errors import pointer
 
@@ -68,15 +63,15 @@ def screen(
     settings: Settings,
     pickled: Sequence[str] = (),
     *,
-    graphs: Sequence[tuple[schema.Graph, str]] | None = None,
+    graphs: Sequence[GraphSite] | None = None,
 ) -> list[Finding]:
     """Every construct torch would evaluate, import, exec or unpickle that is not its own.
 
-    `graphs` is `list(walk_graphs(doc))` when the caller already has it.
+    `graphs` is `list(walk_graphs(doc.graph_module.graph))` when the caller already has it.
     """
     found = FindingList()
     custom: set[str] = set()
-    for graph, path in walk_graphs(doc) if graphs is None else graphs:
+    for graph, path, _, _ in _graphs(doc, graphs):
         for text, at in sym_exprs(graph, path):
             _expression(text, at, found)
         for i, node in enumerate(graph.nodes):
@@ -115,11 +110,11 @@ def refuse_if_unsafe(findings: Sequence[Finding]) -> None:
 
 
 def custom_namespaces(
-    doc: schema.ExportedProgram, *, graphs: Sequence[tuple[schema.Graph, str]] | None = None
+    doc: schema.ExportedProgram, *, graphs: Sequence[GraphSite] | None = None
 ) -> list[str]:
     """Operator namespaces the program calls that torch does not register by itself."""
     found: set[str] = set()
-    for graph, path in walk_graphs(doc) if graphs is None else graphs:
+    for graph, path, _, _ in _graphs(doc, graphs):
         for node in graph.nodes:
             targets = [node.target]
             for named in node.inputs:
@@ -129,6 +124,12 @@ def custom_namespaces(
                 if namespace is not None:
                     found.add(namespace)
     return sorted(found)
+
+
+def _graphs(
+    doc: schema.ExportedProgram, graphs: Sequence[GraphSite] | None
+) -> Sequence[GraphSite] | Iterator[GraphSite]:
+    return walk_graphs(doc.graph_module.graph) if graphs is None else graphs
 
 
 # ---------------------------------------------------------------- expressions and targets

@@ -21,7 +21,7 @@ from app.archive.pt2 import SAMPLE_INPUTS
 from app.archive.raw import Streamed
 from app.archive.writer import write_archive
 from app.programs.digest import Digests
-from app.programs.validation import Finding
+from app.programs.findings import Finding
 from app.registry.blobs import Staged
 from app.registry.errors import RegistryFailure
 from app.registry.summary import Summary, summarize
