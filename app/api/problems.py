@@ -151,6 +151,12 @@ register(
     invalid_name="A model name, alias, tag or reason is malformed",
     invalid_program="The program is not valid (semantic validation or torch)",
 )
+register(404, webhook_not_found="No webhook subscription of that id")
+register(
+    422,
+    invalid_webhook="A webhook URL or event kind is malformed",
+    invalid_search="A search filter is malformed",
+)
 register(
     503,
     registry_unavailable="The registry's database or blob store cannot be used",

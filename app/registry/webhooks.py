@@ -1,0 +1,295 @@
+"""Webhooks: subscriptions, signed deliveries, and the dispatcher that drains the outbox.
+
+Every delivery is a POST of the event as JSON with these headers::
+
+    X-Pt2serde-Event: version.created
+    X-Pt2serde-Event-Id: <32 hex digits, the same on every attempt>
+    X-Pt2serde-Delivery: <the delivery's number>
+    X-Pt2serde-Signature: t=<unix seconds of this attempt>,v1=<hex HMAC-SHA256>
+
+where ``v1`` is HMAC-SHA256 keyed with the subscription's secret over ``"<t>." + body``. A
+receiver recomputes it, compares in constant time, and refuses stale ``t`` (a replay). Any 2xx
+answer is a delivery; anything else, or no answer, is retried with exponential backoff until
+``webhook_max_attempts``, each attempt recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+from pydantic import BaseModel
+from sqlalchemy import func, insert, select, update
+
+from app.registry import outbox
+from app.registry.db import Database, now, utc
+from app.registry.errors import RegistryFailure
+from app.registry.outbox import EVENT_KINDS, Claimed, DeliveryStatus, EventKind, Outcome
+from app.settings import Settings
+
+SIGNATURE_HEADER = "X-Pt2serde-Signature"
+_SECRET_PREFIX = "whsec_"
+_MAX_URL = 2000
+_ERROR_CHARS = 500
+log = logging.getLogger(__name__)
+
+
+class Subscription(BaseModel):
+    """A webhook subscription: which events of which model (None: every model) go where."""
+
+    id: str
+    model: str | None
+    events: list[EventKind]
+    url: str
+    created_at: datetime
+    created_by: str | None = None
+
+
+class CreatedSubscription(Subscription):
+    """A new subscription with its signing secret, which is shown this once."""
+
+    secret: str
+
+
+class Delivery(BaseModel):
+    """Where one event's delivery to one subscription stands."""
+
+    id: int
+    event_id: str
+    kind: EventKind
+    model: str
+    status: DeliveryStatus
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_attempt_at: datetime
+    delivered_at: datetime | None
+
+
+class DeliveryPage(BaseModel):
+    """Deliveries newest first; pass `next` as `before` for the following page."""
+
+    deliveries: list[Delivery]
+    next: int | None
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The signature header's value for `body` sent at `timestamp`."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+def body_of(claimed: Claimed) -> bytes:
+    """The JSON a delivery posts: the same bytes on every attempt of the event."""
+    return orjson.dumps(
+        {
+            "id": claimed.event_id,
+            "type": claimed.kind,
+            "model": claimed.model,
+            "created_at": utc(claimed.created_at).isoformat(),
+            "data": claimed.data,
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+def _check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > _MAX_URL:
+        raise RegistryFailure(
+            "invalid-webhook", f"give an http:// or https:// URL of at most {_MAX_URL} characters"
+        )
+    return url
+
+
+def _row_subscription(row: Any) -> Subscription:
+    return Subscription(
+        id=row.id,
+        model=row.model,
+        events=row.events,
+        url=row.url,
+        created_at=utc(row.created_at),
+        created_by=row.created_by,
+    )
+
+
+def create(
+    db: Database,
+    url: str,
+    events: list[EventKind] | None,
+    model: str | None,
+    actor: str | None = None,
+) -> CreatedSubscription:
+    """Subscribe `url` to events (all kinds when None) of one model or, None, of every model."""
+    _check_url(url)
+    kinds = sorted(set(events)) if events else list(EVENT_KINDS)
+    if any(k not in EVENT_KINDS for k in kinds):
+        raise RegistryFailure("invalid-webhook", f"events are among {', '.join(EVENT_KINDS)}")
+    secret = _SECRET_PREFIX + secrets.token_urlsafe(32)
+    values = {
+        "id": uuid.uuid4().hex,
+        "model": model,
+        "events": kinds,
+        "url": url,
+        "secret": secret,
+        "created_at": now(),
+        "created_by": actor,
+    }
+    with db.write() as conn:
+        conn.execute(insert(outbox.subscriptions).values(**values))
+    return CreatedSubscription(**values)
+
+
+def listing(db: Database, model: str | None = None) -> list[Subscription]:
+    """Live subscriptions (of `model` and global ones when given), oldest first."""
+    table = outbox.subscriptions
+    query = select(table).where(table.c.deleted_at.is_(None)).order_by(table.c.created_at)
+    if model is not None:
+        query = query.where((table.c.model == model) | table.c.model.is_(None))
+    with db.read() as conn:
+        return [_row_subscription(r) for r in conn.execute(query)]
+
+
+def get(db: Database, subscription_id: str) -> Subscription:
+    """A live subscription, or webhook-not-found."""
+    table = outbox.subscriptions
+    with db.read() as conn:
+        row = conn.execute(
+            select(table).where(table.c.id == subscription_id, table.c.deleted_at.is_(None))
+        ).first()
+    if row is None:
+        raise RegistryFailure("webhook-not-found", f"no webhook subscription {subscription_id!r}")
+    return _row_subscription(row)
+
+
+def remove(db: Database, subscription_id: str) -> None:
+    """Delete a subscription; its pending deliveries are cancelled when next claimed."""
+    table = outbox.subscriptions
+    with db.write() as conn:
+        gone = conn.execute(
+            update(table)
+            .where(table.c.id == subscription_id, table.c.deleted_at.is_(None))
+            .values(deleted_at=now())
+        )
+    if gone.rowcount == 0:
+        raise RegistryFailure("webhook-not-found", f"no webhook subscription {subscription_id!r}")
+
+
+def deliveries(
+    db: Database, subscription_id: str, limit: int = 100, before: int | None = None
+) -> DeliveryPage:
+    """A subscription's deliveries, newest first, a page at a time."""
+    get(db, subscription_id)
+    d, e = outbox.deliveries, outbox.events
+    query = (
+        select(d, e.c.kind, e.c.model)
+        .join(e, e.c.id == d.c.event_id)
+        .where(d.c.subscription_id == subscription_id)
+        .order_by(d.c.id.desc())
+        .limit(limit + 1)
+    )
+    if before is not None:
+        query = query.where(d.c.id < before)
+    with db.read() as conn:
+        rows = list(conn.execute(query))
+    page = [
+        Delivery(
+            id=r.id,
+            event_id=r.event_id,
+            kind=r.kind,
+            model=r.model,
+            status=r.status,
+            attempts=r.attempts,
+            last_status=r.last_status,
+            last_error=r.last_error,
+            next_attempt_at=utc(r.next_attempt_at),
+            delivered_at=utc(r.delivered_at) if r.delivered_at is not None else None,
+        )
+        for r in rows[:limit]
+    ]
+    return DeliveryPage(deliveries=page, next=page[-1].id if len(rows) > limit else None)
+
+
+def pending(db: Database) -> int:
+    """Deliveries not yet delivered, given up or cancelled."""
+    d = outbox.deliveries
+    with db.read() as conn:
+        return int(conn.execute(select(func.count()).where(d.c.status == "pending")).scalar_one())
+
+
+class Dispatcher:
+    """Drains the outbox: claims due deliveries, posts them signed, records each attempt."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+        self.owner = f"{os.uname().nodename[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    def backoff(self, attempt: int) -> float | None:
+        """Seconds until the next attempt after failed attempt `attempt`; None: give up."""
+        if attempt >= self.settings.webhook_max_attempts:
+            return None
+        first = self.settings.webhook_backoff_s
+        return float(min(first * 2 ** (attempt - 1), self.settings.webhook_backoff_max_s))
+
+    async def run(self) -> None:
+        """Deliver until cancelled; a failing database is logged and tried again."""
+        timeout = httpx.Timeout(self.settings.webhook_timeout_s)
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            while True:
+                try:
+                    sent = await self.drain_once(client)
+                except Exception:
+                    # the database may be away for a while: the outbox keeps every event
+                    log.exception("webhook dispatcher: a batch failed; trying again")
+                    sent = 0
+                if sent == 0:
+                    await asyncio.sleep(self.settings.webhook_poll_s)
+
+    async def drain_once(self, client: httpx.AsyncClient) -> int:
+        """Claim one batch and deliver it; how many deliveries were attempted."""
+        batch = await asyncio.to_thread(
+            outbox.claim,
+            self.db,
+            self.owner,
+            self.settings.webhook_batch,
+            self.settings.webhook_lease_s,
+        )
+        await asyncio.gather(*(self._deliver(client, claimed) for claimed in batch))
+        return len(batch)
+
+    async def _deliver(self, client: httpx.AsyncClient, claimed: Claimed) -> None:
+        body = body_of(claimed)
+        started, clock = now(), time.monotonic()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "pt2serde-webhooks",
+            "X-Pt2serde-Event": claimed.kind,
+            "X-Pt2serde-Event-Id": claimed.event_id,
+            "X-Pt2serde-Delivery": str(claimed.delivery_id),
+            SIGNATURE_HEADER: sign(claimed.secret, int(time.time()), body),
+        }
+        status: int | None = None
+        error: str | None = None
+        try:
+            response = await client.post(claimed.url, content=body, headers=headers)
+            status = response.status_code
+            if not response.is_success:
+                error = response.text[:_ERROR_CHARS]
+        except httpx.HTTPError as failure:
+            error = f"{type(failure).__name__}: {failure}"[:_ERROR_CHARS]
+        duration = int((time.monotonic() - clock) * 1000)
+        outcome = Outcome(started, duration, status, error)
+        retry = None if outcome.delivered else self.backoff(claimed.attempt)
+        await asyncio.to_thread(outbox.finish, self.db, self.owner, claimed, outcome, retry)
