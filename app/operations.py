@@ -29,7 +29,10 @@ from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
+from app.programs.inspect import registry as inspect_views
 from app.programs.inspect.common import graph_weights
+from app.programs.inspect.view import InspectRequest as InspectRequest
+from app.programs.inspect.view import Subject
 from app.programs.screen import refuse_if_unsafe, screen
 from app.programs.bounds import check_bounds
 from app.programs.findings import Finding, Level, Report
@@ -441,33 +444,8 @@ def program_diff(
 
 # ---------------------------------------------------------------- inspect
 
-View = Literal["modules", "module-graph", "stages", "partitions", "operators", "weights"]
-
-
-@dataclass(frozen=True)
-class InspectRequest:
-    """Which view of a program, and its knobs."""
-
-    view: View
-    depth: int = 1
-    stages: int = 2
-    by: Literal["param_bytes", "nodes"] = "param_bytes"
-    supported: tuple[str, ...] = ()
-    allow_single_node: bool = False
-
-
-class StagesView(BaseModel):
-    """A balanced split of the top-level module calls into pipeline stages."""
-
-    by: str
-    stages: list[inspection.Stage]
-
-
-class PartitionsView(BaseModel):
-    """What a capability-based partitioner proposes for a set of supported operators."""
-
-    supported: list[str]
-    partitions: list[inspection.Partition]
+#: The inspect views' names (from the registry of views).
+View = inspect_views.ViewName
 
 
 def inspect(
@@ -475,21 +453,8 @@ def inspect(
 ) -> BaseModel:
     """One view of what is in a program, from its document and stored tensors (no torch)."""
     document = read_document(source, model, settings)
-    doc = document.doc
-    if request.view == "modules":
-        return inspection.module_tree(doc, _weight_infos(source, document.name))
-    if request.view == "module-graph":
-        return inspection.module_graph(doc, request.depth)
-    if request.view == "stages":
-        return StagesView(by=request.by, stages=inspection.stages(doc, request.stages, request.by))
-    if request.view == "partitions":
-        found = inspection.partitions(
-            doc, set(request.supported), request.allow_single_node, settings.max_nodes
-        )
-        return PartitionsView(supported=sorted(request.supported), partitions=found)
-    if request.view == "operators":
-        return inspection.operators(doc)
-    return inspection.weights(doc, _weight_infos(source, document.name))
+    subject = Subject(document.doc, _weight_infos(source, document.name), settings.max_nodes)
+    return inspect_views.run(request, subject)
 
 
 def _weight_infos(source: Source, model: str) -> list[inspection.WeightInfo] | None:

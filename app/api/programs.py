@@ -19,6 +19,7 @@ from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part, Upload, receive
 from app.archive import ManifestEntry
 from app.programs.diff import ProgramDiff, render_text
+from app.programs.inspect.registry import InspectAnswer, answer
 from app.programs.findings import Level, Report
 
 router = APIRouter(prefix="/v1", tags=["programs"])
@@ -231,7 +232,7 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
 
 @router.post(
     "/inspect",
-    response_model=dict[str, Any],
+    response_model=InspectAnswer,
     openapi_extra=request_body("file"),
     responses=problem_responses(
         *READ_PROBLEMS, "invalid-depth", "invalid-stage-count", "supported-missing"
@@ -242,13 +243,13 @@ def inspect(
     settings: SettingsDep,
     request: InspectDep,
     model: str | None = None,
-) -> dict[str, Any]:
+) -> BaseModel:
     """What is in a program: module tree, module graph, pipeline stages, partitions for a set of
     supported operators (targets or namespaces), operator histogram, or weights."""
     part = upload.one("file", "document")
     with ops.open_source(part.path, _source_media(part), settings) as source:
         result = ops.inspect(source, settings, request, model)
-    return {"view": request.view, **result.model_dump(mode="json")}
+    return answer(request.view, result)
 
 
 #: Ends the payload-too-large detail of a diff: where the same diff can be had without uploads.

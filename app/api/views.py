@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from pydantic import BaseModel
 
 from app import operations as ops
 from app.api.deps import InspectDep, SettingsDep, UploadDep
@@ -14,6 +15,7 @@ from app.api.docs import READ_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange, program_graph, symbol_ranges
+from app.programs.inspect.registry import InspectAnswer, answer
 from app.programs.findings import Report
 
 router = APIRouter(prefix="/v1", tags=["views"])
@@ -89,7 +91,7 @@ def graph(upload: UploadDep, settings: SettingsDep, model: str | None = None) ->
 
 @router.get(
     "/models/{name}/versions/{ref}/inspect",
-    response_model=dict[str, object],
+    response_model=InspectAnswer,
     responses=problem_responses(
         *_VERSION_PROBLEMS,
         *_GRAPH_PROBLEMS,
@@ -104,11 +106,11 @@ def version_inspect(
     registry: RegistryDep,
     settings: SettingsDep,
     request: InspectDep,
-) -> dict[str, object]:
+) -> BaseModel:
     """A stored version through one view of `POST /v1/inspect` (same parameters)."""
     with registry.source(name, ref) as (info, source):
         result = ops.inspect(source, settings, request, info.archive_model)
-    return {"view": request.view, **result.model_dump(mode="json")}
+    return answer(request.view, result)
 
 
 @router.get(

@@ -28,7 +28,7 @@ from app.programs.diff import (
     render_text,
 )
 from app.programs.diff.models import OutputMetaChange
-from app.programs.diff.nodes import canonical_graph
+from app.programs.diff.prepared import canonical_graph
 from app.settings import Settings
 from tests.programs import (
     PROGRAM_NAMES,

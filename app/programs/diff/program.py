@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.programs.diff.interface import Symbols, compare_interface, compare_ranges, match_inputs
+from app.programs.diff.interface import compare_interface, compare_ranges, match_inputs
 from app.programs.diff.models import (
     Counts,
     FieldChange,
@@ -13,14 +13,16 @@ from app.programs.diff.models import (
     Verdict,
     WeightChange,
 )
-from app.programs.diff.nodes import Ref, Sides, build_graph, canonical_graph, diff_graphs
+from app.programs.diff.nodes import Sides, diff_graphs
+from app.programs.diff.prepared import Ref, build_graph, canonical_graph
+from app.programs.diff.symbols import Symbols
 from app.programs.diff.text import plural
 from app.programs.diff.weights import (
     WeightSource,
     compare_weights,
 )
+from app.programs.graph import values as value_names
 from app.programs.inspect import InspectFailure, module_tree
-from app.programs.inspect.common import argument_values
 from schema.io import no_cycle_collection
 from schema.models import (
     ExportedProgram,
@@ -99,7 +101,7 @@ def _input_refs(
     refs: dict[str, Ref] = {}
     for k, spec in enumerate(doc.graph_module.signature.input_specs):
         if isinstance(spec, InputSpecUserInput):
-            for name in argument_values(spec.user_input.arg):
+            for name in value_names(spec.user_input.arg):
                 if users is None:
                     refs[name] = ("in", "user", name)
                 elif name in users:

@@ -11,27 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from app.failure import Failure
+from app.programs.graph import scope, walk_graphs
+from app.programs.graph import values as value_names
 from schema import Issue
 from schema.dtypes import DTYPE_NAMES, ITEMSIZE
 from schema.models import (
-    Argument,
-    ArgumentAsCustomObj,
     ArgumentAsGraph,
-    ArgumentAsNestedTensors,
-    ArgumentAsOptionalTensor,
-    ArgumentAsOptionalTensors,
-    ArgumentAsStringToArgument,
-    ArgumentAsSymBool,
-    ArgumentAsSymBools,
-    ArgumentAsSymFloat,
-    ArgumentAsSymFloats,
-    ArgumentAsSymInt,
-    ArgumentAsSymInts,
-    ArgumentAsTensor,
-    ArgumentAsTensors,
     ExportedProgram,
     Graph,
     GraphArgument,
@@ -40,12 +28,8 @@ from schema.models import (
     InputSpecParameter,
     InputSpecTensorConstant,
     Node,
-    OptionalTensorArgumentAsTensor,
     ScalarType,
-    SymBoolArgumentAsName,
     SymExprHintAsInt,
-    SymFloatArgumentAsName,
-    SymIntArgumentAsName,
     SymIntAsExpr,
     SymIntAsInt,
     TensorMeta,
@@ -87,61 +71,28 @@ class WeightInfo:
 # ---------------------------------------------------------------- values
 
 
-def argument_values(arg: Argument) -> list[str]:
-    """Names of the values (tensors, symbols, script objects) an argument refers to."""
-    if isinstance(arg, ArgumentAsTensor):
-        return [arg.as_tensor.name]
-    if isinstance(arg, ArgumentAsTensors):
-        return [t.name for t in arg.as_tensors]
-    if isinstance(arg, ArgumentAsOptionalTensors):
-        return [n for t in arg.as_optional_tensors for n in _optional(t)]
-    if isinstance(arg, ArgumentAsOptionalTensor):
-        return _optional(arg.as_optional_tensor)
-    if isinstance(arg, ArgumentAsNestedTensors):
-        return [t.name for group in arg.as_nested_tensors for t in group]
-    if isinstance(arg, ArgumentAsSymInt | ArgumentAsSymFloat | ArgumentAsSymBool):
-        return _sym_name(arg.value)
-    if isinstance(arg, ArgumentAsSymInts | ArgumentAsSymFloats | ArgumentAsSymBools):
-        return [name for item in arg.value for name in _sym_name(item)]
-    if isinstance(arg, ArgumentAsCustomObj):
-        return [arg.as_custom_obj.name]
-    if isinstance(arg, ArgumentAsStringToArgument):
-        return [v for item in arg.as_string_to_argument.values() for v in argument_values(item)]
-    return []
-
-
-def _optional(opt: Any) -> list[str]:
-    return [opt.as_tensor.name] if isinstance(opt, OptionalTensorArgumentAsTensor) else []
-
-
-def _sym_name(sym: Any) -> list[str]:
-    if isinstance(sym, SymIntArgumentAsName | SymFloatArgumentAsName | SymBoolArgumentAsName):
-        return [sym.as_name]
-    return []
-
-
 def node_inputs(node: Node) -> list[str]:
     """Names of the values a node reads, in argument order, without repeats."""
     seen: dict[str, None] = {}
     for named in node.inputs:
-        for name in argument_values(named.arg):
+        for name in value_names(named.arg):
             seen.setdefault(name, None)
     return list(seen)
 
 
 def node_outputs(node: Node) -> list[str]:
     """Names of the values a node defines, in output order."""
-    return [name for out in node.outputs for name in argument_values(out)]
+    return [name for out in node.outputs for name in value_names(out)]
 
 
 def graph_inputs(graph: Graph) -> list[str]:
     """Names of a graph's input values."""
-    return [name for arg in graph.inputs for name in argument_values(arg)]
+    return [name for arg in graph.inputs for name in value_names(arg)]
 
 
 def graph_outputs(graph: Graph) -> list[str]:
     """Names of a graph's output values, without repeats."""
-    return list(dict.fromkeys(name for arg in graph.outputs for name in argument_values(arg)))
+    return list(dict.fromkeys(name for arg in graph.outputs for name in value_names(arg)))
 
 
 def node_name(node: Node, index: int) -> str:
@@ -166,37 +117,32 @@ def subgraph_inputs(node: Node) -> list[tuple[int, GraphArgument]]:
     ]
 
 
-def walk_subgraphs(graph: Graph, prefix: str = "") -> Iterator[tuple[str, Node, Graph]]:
+def walk_subgraphs(graph: Graph) -> Iterator[tuple[str, Node, Graph]]:
     """Every nested subgraph as (dotted path, owning node, graph), outer before inner."""
-    for node in graph.nodes:
-        for sub in subgraph_arguments(node):
-            path = f"{prefix}.{sub.name}" if prefix else sub.name
-            yield path, node, sub.graph
-            yield from walk_subgraphs(sub.graph, path)
+    for site in walk_graphs(graph):
+        if site.owner is not None:
+            yield site.dotted, site.owner, site.graph
 
 
 def check_defined(graph: Graph, pointer: str) -> None:
     """Fail unless every value a node reads is a graph input or an earlier node's output."""
-    defined = set(graph_inputs(graph))
-    issues: list[Issue] = []
-    for i, node in enumerate(graph.nodes):
-        for name in node_inputs(node):
-            if name not in defined:
-                issues.append(
-                    Issue(
-                        "undefined-value",
-                        f"{pointer}/nodes/{i}",
-                        f"node {node_name(node, i)!r} reads {name!r}, defined by no input "
-                        "or earlier node",
-                    )
-                )
-        defined.update(node_outputs(node))
-    for name in graph_outputs(graph):
-        if name not in defined:
-            issues.append(
-                Issue("undefined-value", f"{pointer}/outputs", f"output {name!r} is not defined")
+    found: dict[tuple[int | None, str], Issue] = {}
+    for ref in scope(graph):
+        if ref.defines or ref.status == "ok" or (ref.node, ref.name) in found:
+            continue
+        if ref.node is None:
+            where, message = f"{pointer}/outputs", f"output {ref.name!r} is not defined"
+            issue = Issue("undefined-value", where, message)
+        else:
+            issue = Issue(
+                "undefined-value",
+                f"{pointer}/nodes/{ref.node}",
+                f"node {node_name(graph.nodes[ref.node], ref.node)!r} reads {ref.name!r}, "
+                "defined by no input or earlier node",
             )
-    if issues:
+        found[ref.node, ref.name] = issue
+    if found:
+        issues = list(found.values())
         raise InspectFailure(
             "undefined-value", f"{len(issues)} reference(s) to undefined values", issues
         )

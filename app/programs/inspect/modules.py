@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.programs.graph import values as value_names
 from app.programs.inspect.common import (
     NODES_POINTER,
     InspectFailure,
     StackEntry,
     WeightInfo,
-    argument_values,
     check_defined,
     custom_objects,
     graph_inputs,
@@ -119,7 +119,7 @@ def _manifest_tally(info: WeightInfo) -> Tally:
 
 def _label(arg: Argument) -> str:
     """A signature entry: the value's name, a literal's Python spelling, else ``<arm>``."""
-    names = argument_values(arg)
+    names = value_names(arg)
     if len(names) == 1:
         return names[0]
     if isinstance(arg, ArgumentAsNone):
@@ -313,7 +313,50 @@ def _call_graph(
 ) -> ModuleGraph:
     """The dataflow between runs of consecutive nodes that share the module call picked from
     their stacks."""
-    graph = doc.graph_module.graph
+    runs, ids, per_call = _runs(picked)
+    flow = _Dataflow(doc, runs, ids)
+    vertices = [
+        Vertex(
+            id=INPUT,
+            kind="input",
+            outputs=list(flow.used[INPUT]),
+            outputs_used=len(flow.used[INPUT]),
+        )
+    ]
+    for run, vid in zip(runs, ids, strict=True):
+        mine = flow.read_first[vid]
+        vertices.append(
+            Vertex(
+                id=vid,
+                kind="module" if per_call[run.call] == 1 else "ops",
+                module=run.entry.path,
+                call=run.call,
+                type=run.entry.type,
+                nodes=len(run.nodes),
+                param_bytes=sum(flow.weight_bytes[v] for v in mine),
+                weights=[flow.weights[v].name for v in mine],
+                outputs=list(flow.used[vid]),
+                outputs_used=len(flow.used[vid]),
+            )
+        )
+    vertices.append(Vertex(id=OUTPUT, kind="output"))
+    order = {v.id: i for i, v in enumerate(vertices)}
+    edge_list = [
+        Edge(source=s, target=t, values=list(names))
+        for (s, t), names in sorted(flow.edges.items(), key=lambda kv: _edge_rank(kv[0], order))
+    ]
+    chain = {(vertices[i].id, vertices[i + 1].id) for i in range(len(vertices) - 1)}
+    return ModuleGraph(
+        depth=depth,
+        vertices=vertices,
+        edges=edge_list,
+        is_chain={(e.source, e.target) for e in edge_list} == chain,
+    )
+
+
+def _runs(picked: list[StackEntry]) -> tuple[list[_Run], list[str], Counter[str]]:
+    """Runs of consecutive nodes of one call, their vertex ids (``call#k`` for a call's k-th run
+    of several) and how many runs each call has."""
     runs: list[_Run] = []
     for i, entry in enumerate(picked):
         call = entry.call_name
@@ -330,74 +373,49 @@ def _call_graph(
         else:
             ids.append(f"{name}#{seen[run.call]}")
             seen[run.call] += 1
+    return runs, ids, per_call
 
-    weights = {w.value: w for w in graph_weights(doc)}
-    weight_bytes = {
-        value: (nb[1] if (nb := meta_numel_bytes(w.meta)) else 0) for value, w in weights.items()
-    }
-    objects = set(custom_objects(doc))
-    producer: dict[str, str] = {
-        name: INPUT for name in graph_inputs(graph) if name not in weights and name not in objects
-    }
-    vertex_of_node: dict[int, str] = {}
-    for run, vid in zip(runs, ids, strict=True):
-        for i in run.nodes:
-            vertex_of_node[i] = vid
-            for name in node_outputs(graph.nodes[i]):
-                producer[name] = vid
 
-    edges: dict[tuple[str, str], dict[str, None]] = defaultdict(dict)
-    first_reader: dict[str, str] = {}
-    for i, node in enumerate(graph.nodes):
-        vid = vertex_of_node[i]
-        for name in node_inputs(node):
-            if name in weights:
-                first_reader.setdefault(name, vid)
-            elif name in producer and producer[name] != vid:
-                edges[(producer[name], vid)][name] = None
-    for name in graph_outputs(graph):
-        if name in producer:
-            edges[(producer[name], OUTPUT)][name] = None
+class _Dataflow:
+    """The values passed between vertices, and which vertex reads each weight first."""
 
-    used: dict[str, dict[str, None]] = defaultdict(dict)
-    for (source, _), names in edges.items():
-        used[source].update(names)
-    read_first: dict[str, list[str]] = defaultdict(list)
-    for value, vid in first_reader.items():
-        read_first[vid].append(value)
-
-    vertices = [
-        Vertex(id=INPUT, kind="input", outputs=list(used[INPUT]), outputs_used=len(used[INPUT]))
-    ]
-    for run, vid in zip(runs, ids, strict=True):
-        mine = read_first[vid]
-        vertices.append(
-            Vertex(
-                id=vid,
-                kind="module" if per_call[run.call] == 1 else "ops",
-                module=run.entry.path,
-                call=run.call,
-                type=run.entry.type,
-                nodes=len(run.nodes),
-                param_bytes=sum(weight_bytes[v] for v in mine),
-                weights=[weights[v].name for v in mine],
-                outputs=list(used[vid]),
-                outputs_used=len(used[vid]),
-            )
-        )
-    vertices.append(Vertex(id=OUTPUT, kind="output"))
-    order = {v.id: i for i, v in enumerate(vertices)}
-    edge_list = [
-        Edge(source=s, target=t, values=list(names))
-        for (s, t), names in sorted(edges.items(), key=lambda kv: _edge_rank(kv[0], order))
-    ]
-    chain = {(vertices[i].id, vertices[i + 1].id) for i in range(len(vertices) - 1)}
-    return ModuleGraph(
-        depth=depth,
-        vertices=vertices,
-        edges=edge_list,
-        is_chain={(e.source, e.target) for e in edge_list} == chain,
-    )
+    def __init__(self, doc: ExportedProgram, runs: list[_Run], ids: list[str]) -> None:
+        graph = doc.graph_module.graph
+        self.weights = {w.value: w for w in graph_weights(doc)}
+        self.weight_bytes = {
+            value: (nb[1] if (nb := meta_numel_bytes(w.meta)) else 0)
+            for value, w in self.weights.items()
+        }
+        objects = set(custom_objects(doc))
+        producer: dict[str, str] = {
+            name: INPUT
+            for name in graph_inputs(graph)
+            if name not in self.weights and name not in objects
+        }
+        vertex_of_node: dict[int, str] = {}
+        for run, vid in zip(runs, ids, strict=True):
+            for i in run.nodes:
+                vertex_of_node[i] = vid
+                for name in node_outputs(graph.nodes[i]):
+                    producer[name] = vid
+        self.edges: dict[tuple[str, str], dict[str, None]] = defaultdict(dict)
+        first_reader: dict[str, str] = {}
+        for i, node in enumerate(graph.nodes):
+            vid = vertex_of_node[i]
+            for name in node_inputs(node):
+                if name in self.weights:
+                    first_reader.setdefault(name, vid)
+                elif name in producer and producer[name] != vid:
+                    self.edges[(producer[name], vid)][name] = None
+        for name in graph_outputs(graph):
+            if name in producer:
+                self.edges[(producer[name], OUTPUT)][name] = None
+        self.used: dict[str, dict[str, None]] = defaultdict(dict)
+        for (source, _), names in self.edges.items():
+            self.used[source].update(names)
+        self.read_first: dict[str, list[str]] = defaultdict(list)
+        for value, vid in first_reader.items():
+            self.read_first[vid].append(value)
 
 
 def _edge_rank(edge: tuple[str, str], order: dict[str, int]) -> tuple[int, int]:

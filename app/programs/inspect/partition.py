@@ -27,9 +27,9 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from app.programs.graph import values as value_names
 from app.programs.inspect.common import (
     InspectFailure,
-    argument_values,
     check_defined,
     graph_outputs,
     node_inputs,
@@ -107,7 +107,7 @@ def _fx_graph(doc: ExportedProgram) -> _FxGraph:
     fx = _FxGraph()
     specs = doc.graph_module.signature.input_specs
     for i, arg in enumerate(graph.inputs):
-        names = argument_values(arg)
+        names = value_names(arg)
         if names:
             fx.value[names[0]] = fx.add(names[0], "placeholder", names[0])
             continue
@@ -116,7 +116,7 @@ def _fx_graph(doc: ExportedProgram) -> _FxGraph:
         if isinstance(spec, InputSpecConstantInput):
             name = spec.constant_input.name
         elif isinstance(spec, InputSpecUserInput):
-            name = next(iter(argument_values(spec.user_input.arg)), name)
+            name = next(iter(value_names(spec.user_input.arg)), name)
         fx.add(name, "placeholder", name)
     for node in graph.nodes:
         _add_node(fx, node)
@@ -152,7 +152,7 @@ def _add_node(fx: _FxGraph, node: Node) -> None:
             outputs[0], ArgumentAsTensor | ArgumentAsSymInt | ArgumentAsSymFloat | ArgumentAsSymBool
         )
     )
-    values = argument_values(outputs[0]) if own_value else []
+    values = value_names(outputs[0]) if own_value else []
     if no_value:
         name = f"{_auto_name(node.target)}_unused"
     elif node.name:
