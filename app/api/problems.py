@@ -50,7 +50,11 @@ register(
 )
 register(404, not_found="No such resource", unknown_schema_version="Unknown schema version")
 register(405, method_not_allowed="Method not allowed on this resource")
-register(408, body_timeout="The request body stopped arriving")
+register(
+    408,
+    body_timeout="The request body stopped arriving",
+    header_timeout="The request head did not arrive in time",
+)
 register(409, unsupported_schema_major="The document's schema major version is not supported")
 register(
     413,
