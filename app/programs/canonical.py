@@ -36,8 +36,9 @@ unchanged sub-models; the input is never mutated.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from operator import itemgetter
 from typing import Any, TypeVar
 
@@ -46,6 +47,8 @@ from pydantic import BaseModel
 
 from app.failure import Failure
 from app.programs.bounds import digit_runs
+from app.programs.graph import VALUE_MAPS, leaves, scope
+from app.programs.rename import copy_model, new_arm, renamed, with_field
 from schema import Issue, dump
 from schema.errors import pointer
 from schema.io import dump_sorted, no_cycle_collection
@@ -55,19 +58,8 @@ from schema.models import (
     ArgumentAsFloat,
     ArgumentAsGraph,
     ArgumentAsInt,
-    ArgumentAsNestedTensors,
     ArgumentAsNone,
-    ArgumentAsOptionalTensor,
-    ArgumentAsOptionalTensors,
     ArgumentAsString,
-    ArgumentAsSymBool,
-    ArgumentAsSymBools,
-    ArgumentAsSymFloat,
-    ArgumentAsSymFloats,
-    ArgumentAsSymInt,
-    ArgumentAsSymInts,
-    ArgumentAsTensor,
-    ArgumentAsTensors,
     ExportedProgram,
     Graph,
     InputSpecBuffer,
@@ -78,7 +70,6 @@ from schema.models import (
     InputSpecToken,
     InputSpecUserInput,
     Node,
-    OptionalTensorArgumentAsTensor,
     OutputSpecBufferMutation,
     OutputSpecGradientToParameter,
     OutputSpecGradientToUserInput,
@@ -87,9 +78,6 @@ from schema.models import (
     OutputSpecToken,
     OutputSpecUserInputMutation,
     OutputSpecUserOutput,
-    SymBoolArgumentAsName,
-    SymFloatArgumentAsName,
-    SymIntArgumentAsName,
 )
 
 __all__ = ["CanonicalFailure", "canonical_bytes", "canonicalize"]
@@ -97,179 +85,12 @@ __all__ = ["CanonicalFailure", "canonical_bytes", "canonicalize"]
 M = TypeVar("M", bound=BaseModel)
 _Path = list[str | int]
 
-#: Which value map a defined name lives in.
-_TENSOR, _SYM_INT, _SYM_FLOAT, _SYM_BOOL, _CUSTOM_OBJ = range(5)
-_VALUE_MAPS = (
-    "tensor_values",
-    "sym_int_values",
-    "sym_float_values",
-    "sym_bool_values",
-    "custom_obj_values",
-)
-
+_VALUE_MAPS = tuple(VALUE_MAPS.values())
 _MISSING: Any = object()
-
-#: One leaf of an argument as torch's pytree walk sees it: a value name (None for a literal
-#: leaf such as a SymInt's ``as_int``) and the value map the name belongs to.
-_Leaf = tuple[str | None, int]
 
 
 class CanonicalFailure(Failure):
     """A document that cannot be put in canonical form (it is not a well-formed graph)."""
-
-
-# ---------------------------------------------------------------- leaves and renaming
-
-
-def _sym_int(a: Any) -> _Leaf:
-    return (a.as_name, _SYM_INT) if type(a) is SymIntArgumentAsName else (None, _SYM_INT)
-
-
-def _sym_float(a: Any) -> _Leaf:
-    return (a.as_name, _SYM_FLOAT) if type(a) is SymFloatArgumentAsName else (None, _SYM_FLOAT)
-
-
-def _sym_bool(a: Any) -> _Leaf:
-    return (a.as_name, _SYM_BOOL) if type(a) is SymBoolArgumentAsName else (None, _SYM_BOOL)
-
-
-def _optional(a: Any) -> _Leaf:
-    if type(a) is OptionalTensorArgumentAsTensor:
-        return (a.as_tensor.name, _TENSOR)
-    return (None, _TENSOR)
-
-
-#: The leaves torch's ``_get_argument`` exposes per Argument arm; any other arm has none.
-_LEAVES: dict[type[BaseModel], Callable[[Any], list[_Leaf]]] = {
-    ArgumentAsTensor: lambda a: [(a.as_tensor.name, _TENSOR)],
-    ArgumentAsTensors: lambda a: [(t.name, _TENSOR) for t in a.as_tensors],
-    ArgumentAsSymInt: lambda a: [_sym_int(a.as_sym_int)],
-    ArgumentAsSymInts: lambda a: [_sym_int(s) for s in a.as_sym_ints],
-    ArgumentAsSymFloat: lambda a: [_sym_float(a.as_sym_float)],
-    ArgumentAsSymFloats: lambda a: [_sym_float(s) for s in a.as_sym_floats],
-    ArgumentAsSymBool: lambda a: [_sym_bool(a.as_sym_bool)],
-    ArgumentAsSymBools: lambda a: [_sym_bool(s) for s in a.as_sym_bools],
-    ArgumentAsOptionalTensors: lambda a: [_optional(o) for o in a.as_optional_tensors],
-    ArgumentAsOptionalTensor: lambda a: [_optional(a.as_optional_tensor)],
-    ArgumentAsCustomObj: lambda a: [(a.as_custom_obj.name, _CUSTOM_OBJ)],
-    ArgumentAsNestedTensors: lambda a: [
-        (t.name, _TENSOR) for row in a.as_nested_tensors for t in row
-    ],
-}
-
-_NO_LEAVES: list[_Leaf] = []
-
-
-def _leaves(arg: Any) -> list[_Leaf]:
-    get = _LEAVES.get(type(arg))
-    return _NO_LEAVES if get is None else get(arg)
-
-
-_set = object.__setattr__
-
-
-def _copy(model: M, update: dict[str, Any]) -> M:
-    """``model.model_copy(update=...)`` for declared fields, minus its generic overhead.
-
-    Canonicalizing allocates one model per renamed reference, so this is the hot path; it sets
-    the same four slots pydantic's ``__copy__`` does (our models have no private attributes).
-    """
-    cls = type(model)
-    new = cls.__new__(cls)
-    values = model.__dict__.copy()
-    values.update(update)
-    _set(new, "__dict__", values)
-    extra = model.__pydantic_extra__
-    _set(new, "__pydantic_extra__", None if extra is None else extra.copy())
-    _set(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
-    _set(new, "__pydantic_private__", None)
-    return new
-
-
-def _with(model: M, field: str, value: Any) -> M:
-    """A shallow copy of `model` with one field replaced (extras and the rest shared)."""
-    return _copy(model, {field: value})
-
-
-def _new_arm(cls: type[M], tag: str, value: Any) -> M:
-    """``cls.model_construct(**{tag: value})`` for a union arm, minus its generic overhead."""
-    new = cls.__new__(cls)
-    _set(new, "__dict__", {tag: value})
-    _set(new, "__pydantic_extra__", None)
-    _set(new, "__pydantic_fields_set__", {tag})
-    _set(new, "__pydantic_private__", None)
-    return new
-
-
-def _named(model: M, field: str, table: dict[str, str]) -> M:
-    old = getattr(model, field)
-    new = table.get(old, old)
-    return model if new == old else _with(model, field, new)
-
-
-def _named_all(models: list[M], field: str, table: dict[str, str]) -> list[M]:
-    new = [_named(m, field, table) for m in models]
-    return models if all(n is o for n, o in zip(new, models, strict=True)) else new
-
-
-_SYM_NAMES = (SymIntArgumentAsName, SymFloatArgumentAsName, SymBoolArgumentAsName)
-
-
-def _sym(a: Any, table: dict[str, str]) -> Any:
-    return _named(a, "as_name", table) if type(a) in _SYM_NAMES else a
-
-
-def _syms(items: list[Any], table: dict[str, str]) -> list[Any]:
-    new = [_sym(a, table) for a in items]
-    return items if all(n is o for n, o in zip(new, items, strict=True)) else new
-
-
-def _renamed_optional(a: Any, table: dict[str, str]) -> Any:
-    if type(a) is OptionalTensorArgumentAsTensor:
-        return _arm(a, _named(a.as_tensor, "name", table))
-    return a
-
-
-def _arm(arm: M, value: Any) -> M:
-    """The same union arm holding `value`; the arm itself when `value` is its own payload."""
-    tag: str = getattr(arm, "__tag__")  # noqa: B009 - a ClassVar of every Arm
-    if value is getattr(arm, tag):
-        return arm
-    return _new_arm(type(arm), tag, value)
-
-
-def _optionals(a: Any, table: dict[str, str]) -> Any:
-    old = a.as_optional_tensors
-    new = [_renamed_optional(o, table) for o in old]
-    return a if all(n is o for n, o in zip(new, old, strict=True)) else _arm(a, new)
-
-
-def _nested(a: Any, table: dict[str, str]) -> Any:
-    old = a.as_nested_tensors
-    new = [_named_all(row, "name", table) for row in old]
-    return a if all(n is o for n, o in zip(new, old, strict=True)) else _arm(a, new)
-
-
-#: How torch's ``replace_use`` / ``rename_def`` rewrite each Argument arm; other arms are kept.
-_RENAMERS: dict[type[BaseModel], Callable[[Any, dict[str, str]], Any]] = {
-    ArgumentAsTensor: lambda a, t: _arm(a, _named(a.as_tensor, "name", t)),
-    ArgumentAsTensors: lambda a, t: _arm(a, _named_all(a.as_tensors, "name", t)),
-    ArgumentAsSymInt: lambda a, t: _arm(a, _sym(a.as_sym_int, t)),
-    ArgumentAsSymInts: lambda a, t: _arm(a, _syms(a.as_sym_ints, t)),
-    ArgumentAsSymFloat: lambda a, t: _arm(a, _sym(a.as_sym_float, t)),
-    ArgumentAsSymFloats: lambda a, t: _arm(a, _syms(a.as_sym_floats, t)),
-    ArgumentAsSymBool: lambda a, t: _arm(a, _sym(a.as_sym_bool, t)),
-    ArgumentAsSymBools: lambda a, t: _arm(a, _syms(a.as_sym_bools, t)),
-    ArgumentAsOptionalTensors: _optionals,
-    ArgumentAsOptionalTensor: lambda a, t: _arm(a, _renamed_optional(a.as_optional_tensor, t)),
-    ArgumentAsCustomObj: lambda a, t: _arm(a, _named(a.as_custom_obj, "name", t)),
-    ArgumentAsNestedTensors: _nested,
-}
-
-
-def _renamed(arg: Any, table: dict[str, str]) -> Any:
-    rename = _RENAMERS.get(type(arg))
-    return arg if rename is None else rename(arg, table)
 
 
 # ---------------------------------------------------------------- one graph
@@ -281,116 +102,121 @@ def _fail(code: str, issues: list[Issue]) -> CanonicalFailure:
     return CanonicalFailure(code, f"{first.path or '/'}: {first.message}{more}", issues)
 
 
-def _sorted_nodes(
-    inputs: list[Any],
-    positions: list[int],
-    nodes: list[Node],
-    constants: frozenset[str],
-    path: _Path,
-) -> list[int]:
-    """Node positions in torch's topological order (its heap with its tie-breaks)."""
-    graph_inputs: set[str] = set()
-    rank: dict[str, int] = {}
-    issues: list[Issue] = []
-    for i, arg in zip(positions, inputs, strict=True):
-        for name, _ in _leaves(arg):
-            if not name:
-                continue
-            graph_inputs.add(name)
-            if name in rank:
-                issues.append(
-                    Issue(
-                        "duplicate-value",
-                        pointer([*path, "inputs", i]),
-                        f"graph input {name!r} is defined twice",
-                    )
-                )
-            rank[name] = len(rank)
+def _check_scope(
+    graph: Graph, inputs: Iterable[tuple[int, Any]], constants: frozenset[str], path: _Path
+) -> None:
+    """Fail on a value defined twice, or read by a node and never defined; a value defined
+    only after its use is fine (the nodes are about to be sorted)."""
+    at = pointer(path)
+    duplicates: list[Issue] = []
+    undefined: list[Issue] = []
+    for ref in scope(graph, leaves, inputs):
+        if ref.defines and ref.status == "redefined":
+            what = "graph input" if ref.node is None else "value"
+            message = f"{what} {ref.name!r} is defined twice"
+            duplicates.append(Issue("duplicate-value", ref.argument(at), message))
+        elif ref.status == "undefined" and ref.node is not None and ref.name not in constants:
+            message = f"value {ref.name!r} is used but never defined"
+            undefined.append(Issue("undefined-value", ref.argument(at), message))
+    if duplicates:
+        raise _fail("duplicate-value", duplicates)
+    if undefined:
+        raise _fail("undefined-value", undefined)
 
-    def_table: dict[str, int] = {}
-    for idx, node in enumerate(nodes):
-        for o, arg in enumerate(node.outputs):
-            for name, _ in _leaves(arg):
-                if not name:
-                    continue
-                if name in def_table or name in graph_inputs:
-                    issues.append(
-                        Issue(
-                            "duplicate-value",
-                            pointer([*path, "nodes", idx, "outputs", o]),
-                            f"value {name!r} is defined twice",
-                        )
-                    )
-                def_table[name] = idx
-    if issues:
-        raise _fail("duplicate-value", issues)
 
-    users: list[list[int]] = [[] for _ in nodes]
-    pending = [0] * len(nodes)
-    uses: list[list[list[_Leaf]]] = []
-    for idx, node in enumerate(nodes):
-        node_uses = []
-        for i, named in enumerate(node.inputs):
-            leaves = _leaves(named.arg)
-            node_uses.append(leaves)
-            for name, _ in leaves:
-                if not name or name in constants:
-                    continue
-                src = def_table.get(name)
-                if src is None:
-                    if name not in graph_inputs:
-                        issues.append(
-                            Issue(
-                                "undefined-value",
-                                pointer([*path, "nodes", idx, "inputs", i, "arg"]),
-                                f"value {name!r} is used but never defined",
-                            )
-                        )
-                    continue
-                users[src].append(idx)
-                pending[idx] += 1
-        uses.append(node_uses)
-    if issues:
-        raise _fail("undefined-value", issues)
+def _names(args: Iterable[Any]) -> Iterator[str]:
+    for arg in args:
+        for leaf in leaves(arg):
+            if leaf.name:
+                yield leaf.name
 
-    def key(idx: int) -> tuple[str, list[tuple[str, list[int]]], int]:
-        node = nodes[idx]
+
+class _Order:
+    """torch's topological sort of a graph's nodes: its heap with its tie-breaks."""
+
+    def __init__(self, inputs: list[Any], nodes: list[Node], constants: frozenset[str]) -> None:
+        self.nodes = nodes
+        self.constants = constants
+        #: the order each value was defined in (inputs first); the heap key ranks uses by it
+        self.rank = {name: i for i, name in enumerate(_names(inputs))}
+        producer = {name: i for i, node in enumerate(nodes) for name in _names(node.outputs)}
+        self.users: list[list[int]] = [[] for _ in nodes]
+        self.pending = [0] * len(nodes)
+        self.uses = [[leaves(named.arg) for named in node.inputs] for node in nodes]
+        for i, node_uses in enumerate(self.uses):
+            for name, _, _ in (leaf for arg in node_uses for leaf in arg):
+                src = producer.get(name) if name and name not in constants else None
+                if src is not None:
+                    self.users[src].append(i)
+                    self.pending[i] += 1
+
+    def key(self, idx: int) -> tuple[str, list[tuple[str, list[int]]], int]:
+        node = self.nodes[idx]
+        rank, constants = self.rank, self.constants
         ranks = [
-            (
-                named.name,
-                [rank[n] if n and n not in constants else -1 for n, _ in leaves],
-            )
-            for named, leaves in zip(node.inputs, uses[idx], strict=True)
+            (named.name, [rank[n] if n and n not in constants else -1 for n, _, _ in args])
+            for named, args in zip(node.inputs, self.uses[idx], strict=True)
         ]
         return (node.target, ranks, idx)
 
-    ready = [key(idx) for idx in range(len(nodes)) if pending[idx] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        idx = heapq.heappop(ready)[2]
-        order.append(idx)
-        for name, _ in (leaf for arg in nodes[idx].outputs for leaf in _leaves(arg)):
-            if name:
-                rank[name] = len(rank)
-        for user in users[idx]:
-            pending[user] -= 1
-            if pending[user] == 0:
-                heapq.heappush(ready, key(user))
-    if len(order) != len(nodes):
-        raise _fail(
-            "graph-cycle",
-            [
-                Issue(
-                    "graph-cycle",
-                    pointer([*path, "nodes", idx]),
-                    f"node {nodes[idx].target!r} is on a dependency cycle or after one",
+    def sorted(self, path: _Path) -> list[int]:
+        """Node positions in torch's order; fails on a cycle."""
+        ready = [self.key(idx) for idx, count in enumerate(self.pending) if count == 0]
+        heapq.heapify(ready)
+        order: list[int] = []
+        while ready:
+            idx = heapq.heappop(ready)[2]
+            order.append(idx)
+            for name in _names(self.nodes[idx].outputs):
+                self.rank[name] = len(self.rank)
+            for user in self.users[idx]:
+                self.pending[user] -= 1
+                if self.pending[user] == 0:
+                    heapq.heappush(ready, self.key(user))
+        if len(order) != len(self.nodes):
+            raise _fail(
+                "graph-cycle",
+                [
+                    Issue(
+                        "graph-cycle",
+                        pointer([*path, "nodes", idx]),
+                        f"node {self.nodes[idx].target!r} is on a dependency cycle or after one",
+                    )
+                    for idx, count in enumerate(self.pending)
+                    if count
+                ],
+            )
+        return order
+
+
+def _new_names(
+    graph: Graph, defined: Iterable[tuple[Any, _Path]]
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """The renames (``_0, _1, ...`` in order of definition) and the value maps under the new
+    names; entries nothing defines keep their names, as in torch, unless a new name took it:
+    a stale entry must not shadow a renamed value (torch's in-place rename mixes them)."""
+    table: dict[str, str] = {}
+    maps: dict[str, dict[str, Any]] = {field: {} for field in _VALUE_MAPS}
+    moved: dict[str, set[str]] = {field: set() for field in _VALUE_MAPS}
+    for arg, where in defined:
+        for name, kind, _ in leaves(arg):
+            if name is None:
+                continue
+            new = table[name] = f"_{len(table)}"
+            field = VALUE_MAPS[kind]
+            meta = getattr(graph, field).get(name, _MISSING)
+            if meta is _MISSING:
+                message = f"{name!r} has no entry in {field}"
+                raise _fail(
+                    "missing-value-meta", [Issue("missing-value-meta", pointer(where), message)]
                 )
-                for idx in range(len(nodes))
-                if pending[idx]
-            ],
-        )
-    return order
+            maps[field][new] = meta
+            moved[field].add(name)
+    for field, new_map in maps.items():
+        for name, meta in getattr(graph, field).items():
+            if name not in moved[field] and name not in new_map:
+                new_map[name] = meta
+    return table, maps
 
 
 def _canonical_graph(
@@ -406,53 +232,36 @@ def _canonical_graph(
     `positions` are the inputs' places in the document, for the paths of failures.
     """
     nodes = graph.nodes
-    order = _sorted_nodes(inputs, positions, nodes, constants, path)
-
-    table: dict[str, str] = {}
-    old_maps: list[dict[str, Any]] = [getattr(graph, field) for field in _VALUE_MAPS]
-    maps: list[dict[str, Any]] = [{} for _ in _VALUE_MAPS]
-    moved: list[set[str]] = [set() for _ in _VALUE_MAPS]
-
-    def define(args: Iterable[tuple[Any, _Path]]) -> None:
-        for arg, where in args:
-            for name, kind in _leaves(arg):
-                if name is None:
-                    continue
-                if name in table:
-                    raise _fail(
-                        "duplicate-value",
-                        [Issue("duplicate-value", pointer(where), f"{name!r} is defined twice")],
-                    )
-                new = f"_{len(table)}"
-                table[name] = new
-                meta = old_maps[kind].get(name, _MISSING)
-                if meta is _MISSING:
-                    raise _fail(
-                        "missing-value-meta",
-                        [
-                            Issue(
-                                "missing-value-meta",
-                                pointer(where),
-                                f"{name!r} has no entry in {_VALUE_MAPS[kind]}",
-                            )
-                        ],
-                    )
-                maps[kind][new] = meta
-                moved[kind].add(name)
-
-    define((arg, [*path, "inputs", i]) for i, arg in zip(positions, inputs, strict=True))
-    define(
-        (arg, [*path, "nodes", idx, "outputs", o])
-        for idx in order
-        for o, arg in enumerate(nodes[idx].outputs)
+    _check_scope(graph, zip(positions, inputs, strict=True), constants, path)
+    order = _Order(inputs, nodes, constants).sorted(path)
+    table, maps = _new_names(
+        graph,
+        itertools.chain(
+            ((arg, [*path, "inputs", i]) for i, arg in zip(positions, inputs, strict=True)),
+            (
+                (arg, [*path, "nodes", idx, "outputs", o])
+                for idx in order
+                for o, arg in enumerate(nodes[idx].outputs)
+            ),
+        ),
     )
-    # Entries nothing defines keep their names, as in torch, except where a new name took the
-    # name: a stale entry must not shadow a renamed value (torch's in-place rename mixes them).
-    for old, new_map, gone in zip(old_maps, maps, moved, strict=True):
-        for name, meta in old.items():
-            if name not in gone and name not in new_map:
-                new_map[name] = meta
+    update: dict[str, Any] = {
+        field: dict(sorted(values.items(), key=itemgetter(0))) for field, values in maps.items()
+    }
+    update["inputs"] = [renamed(a, table) for a in inputs]
+    update["outputs"] = [renamed(a, table) for a in outputs]
+    update["nodes"] = _canonical_nodes(nodes, order, table, constants, path)
+    return copy_model(graph, update), table
 
+
+def _canonical_nodes(
+    nodes: list[Node],
+    order: list[int],
+    table: dict[str, str],
+    constants: frozenset[str],
+    path: _Path,
+) -> list[Node]:
+    """The nodes in `order`, values renamed, metadata dropped, subgraphs canonical as ``_g<n>``."""
     new_nodes: list[Node] = []
     subgraphs = 0
     for idx in order:
@@ -470,31 +279,17 @@ def _canonical_graph(
                     constants,
                     [*path, "nodes", idx, "inputs", i, "arg", "as_graph", "graph"],
                 )
-                new_sub = _copy(sub, {"name": f"_g{subgraphs}", "graph": sub_graph})
+                new_sub = copy_model(sub, {"name": f"_g{subgraphs}", "graph": sub_graph})
                 subgraphs += 1
-                new_arg: Any = _new_arm(ArgumentAsGraph, "as_graph", new_sub)
+                new_arg: Any = new_arm(ArgumentAsGraph, "as_graph", new_sub)
             else:
-                new_arg = _renamed(arg, table)
-            new_inputs.append(named if new_arg is arg else _with(named, "arg", new_arg))
+                new_arg = renamed(arg, table)
+            new_inputs.append(named if new_arg is arg else with_field(named, "arg", new_arg))
+        outputs = [renamed(o, table) for o in node.outputs]
         new_nodes.append(
-            _copy(
-                node,
-                {
-                    "inputs": new_inputs,
-                    "outputs": [_renamed(o, table) for o in node.outputs],
-                    "metadata": {},
-                },
-            )
+            copy_model(node, {"inputs": new_inputs, "outputs": outputs, "metadata": {}})
         )
-
-    update: dict[str, Any] = {
-        field: dict(sorted(values.items(), key=itemgetter(0)))
-        for field, values in zip(_VALUE_MAPS, maps, strict=True)
-    }
-    update["inputs"] = [_renamed(a, table) for a in inputs]
-    update["outputs"] = [_renamed(a, table) for a in outputs]
-    update["nodes"] = new_nodes
-    return _copy(graph, update), table
+    return new_nodes
 
 
 # ---------------------------------------------------------------- signature
@@ -564,15 +359,15 @@ class _Specs:
         return new
 
     def ref(self, model: M, field: str, where: _Path) -> M:
-        return _with(model, field, self.name(getattr(model, field), [*where, field]))
+        return with_field(model, field, self.name(getattr(model, field), [*where, field]))
 
     def user_arg(self, arg: Any, keep: tuple[type[BaseModel], ...], where: _Path) -> Any:
         if isinstance(arg, keep):
             return arg
-        for name, _ in _leaves(arg):
+        for name, _, _ in leaves(arg):
             if name is not None:
                 self.name(name, where)
-        return _renamed(arg, self.table)
+        return renamed(arg, self.table)
 
     def spec(self, spec: Any, where: _Path) -> Any:
         """The spec with its values renamed (its arm kind decides which fields refer to values)."""
@@ -583,12 +378,12 @@ class _Specs:
             return spec
         if tag in ("user_input", "user_output"):
             keep = _KEEP_USER_INPUT if tag == "user_input" else _KEEP_USER_OUTPUT
-            new_body = _with(body, "arg", self.user_arg(body.arg, keep, [*at, "arg"]))
+            new_body = with_field(body, "arg", self.user_arg(body.arg, keep, [*at, "arg"]))
         else:
-            new_body = _with(body, "arg", self.ref(body.arg, "name", [*at, "arg"]))
+            new_body = with_field(body, "arg", self.ref(body.arg, "name", [*at, "arg"]))
             if tag in ("gradient_to_user_input", "user_input_mutation"):
                 new_body = self.ref(new_body, "user_input_name", at)
-        return _new_arm(type(spec), tag, new_body)
+        return new_arm(type(spec), tag, new_body)
 
 
 def _ordered(
