@@ -7,7 +7,19 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import catalogue, docs, health, problems, programs, registry, schemas, ui, views
+from app.api import (
+    catalogue,
+    docs,
+    health,
+    problems,
+    programs,
+    registry,
+    schemas,
+    search,
+    ui,
+    views,
+    webhooks,
+)
 from app.api.deps import LazyPool
 from app.settings import Settings
 
@@ -38,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(schemas.router)
     app.include_router(programs.router)
     app.include_router(registry.router)
+    app.include_router(search.router)
+    app.include_router(webhooks.router)
     app.include_router(catalogue.router)
     app.include_router(views.router)
     app.include_router(ui.router)

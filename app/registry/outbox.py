@@ -34,6 +34,7 @@ from sqlalchemy import (
     update,
 )
 
+from app.registry.audit import Change
 from app.registry.db import Database, metadata, now
 
 EventKind = Literal["version.created", "version.deleted", "alias.moved", "tag.changed"]
@@ -137,6 +138,32 @@ def record(conn: Connection, kind: EventKind, model: str, data: dict[str, Any]) 
             ],
         )
     return event_id
+
+
+#: the audited changes subscribers hear about, as the event kind they are delivered as.
+_KINDS: dict[str, EventKind] = {
+    "version.push": "version.created",
+    "version.delete": "version.deleted",
+    "alias.set": "alias.moved",
+    "alias.delete": "alias.moved",
+    "tag.set": "tag.changed",
+    "tag.delete": "tag.changed",
+}
+
+
+def record_change(conn: Connection, change: Change) -> str | None:
+    """The event of an audited change, written in its transaction (the registry's recording
+    seam calls it); its id, or None when the change is not one subscribers hear about."""
+    kind = _KINDS.get(change.action)
+    if kind is None or change.model is None:
+        return None
+    data = {
+        "target": change.target,
+        "actor": change.actor.principal,
+        "before": change.before,
+        "after": change.after,
+    }
+    return record(conn, kind, change.model, data)
 
 
 @dataclass(frozen=True)

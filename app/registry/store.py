@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app import operations as ops
 from app.archive import open_archive
-from app.registry import labels, quotas
+from app.registry import labels, outbox, quotas
 from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.blobs import BlobStore, Staged, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
@@ -45,6 +45,7 @@ from app.registry.records import (
     VersionInfo,
     VersionPage,
 )
+from app.registry.search import SearchPage, SearchQuery, find, index_namespaces
 from app.registry.summary import Summary
 from app.settings import Settings
 
@@ -163,8 +164,9 @@ class Registry:
         archive_digest = self.blobs.place(staged)
         self.blobs.place(canonical)
         conn.execute(update(models).where(models.c.id == model_id).values(last_version=number))
-        conn.execute(
-            insert(versions).values(
+        version_id = conn.execute(
+            insert(versions)
+            .values(
                 model_id=model_id,
                 version=number,
                 program_digest=candidate.digests.program,
@@ -181,7 +183,9 @@ class Registry:
                 created_by=actor.principal,
                 created_token=actor.token_id,
             )
-        )
+            .returning(versions.c.id)
+        ).scalar_one()
+        index_namespaces(conn, version_id, candidate.summary.operator_namespaces)
 
     def set_alias(
         self,
@@ -313,8 +317,9 @@ class Registry:
 
     def _record(self, conn: Connection, change: Change) -> None:
         """The one seam every change passes through, inside its transaction: the audit row
-        (and whatever else must commit or roll back with the change)."""
+        (and whatever else must commit or roll back with the change): the webhook event."""
         record(conn, change)
+        outbox.record_change(conn, change)
 
     def collect(self, digests: Iterable[str] | None = None) -> list[str]:
         """Remove blobs (these, or every stored one) that no live version refers to."""
@@ -427,6 +432,11 @@ class Registry:
             rows = list(conn.execute(query))
             infos = self._infos(conn, name, rows[:limit])
         return VersionPage(versions=infos, next=infos[-1].version if len(rows) > limit else None)
+
+    def search(self, query: SearchQuery, limit: int = 100, after: int | None = None) -> SearchPage:
+        """Versions of every model matching `query`, newest first, a page at a time."""
+        with self.db.read() as conn:
+            return find(conn, query, max(1, min(limit, MAX_PAGE)), after, self._infos)
 
     def version(self, name: str, ref: str) -> VersionInfo:
         """A version's metadata, deleted or not; `ref` is a number, an alias or ``latest``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import schema
-from app.programs.inspect import size_value, weight_counts
+from app.programs.inspect import operators, size_value, weight_counts
 
 
 class ValueSummary(BaseModel):
@@ -29,6 +29,9 @@ class Summary(BaseModel):
     buffers: int
     constants: int
     nodes: int
+    #: operator namespaces the program calls into, subgraphs included (``aten``, ``my_ops``);
+    #: empty for versions stored before it was recorded
+    operator_namespaces: list[str] = []
 
 
 def _value(arg: object, metas: dict[str, schema.TensorMeta]) -> ValueSummary:
@@ -80,4 +83,5 @@ def summarize(doc: schema.ExportedProgram) -> Summary:
         buffers=counts.buffers,
         constants=counts.constants,
         nodes=len(graph.nodes),
+        operator_namespaces=sorted(operators(doc).total.by_namespace),
     )

@@ -1,0 +1,64 @@
+"""Version search across models: `GET /v1/search`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.problems import problem_responses
+from app.api.registry import RegistryDep
+from app.registry import check_model_name
+from app.registry.search import SearchPage, SearchQuery, parse_tag
+
+router = APIRouter(prefix="/v1", tags=["registry"])
+
+
+@router.get(
+    "/search",
+    response_model=SearchPage,
+    responses=problem_responses(
+        "invalid-search", "invalid-name", "registry-unavailable", "request-invalid"
+    ),
+)
+def search_versions(
+    registry: RegistryDep,
+    model: Annotated[str | None, Query(description="one model's versions only")] = None,
+    tag: Annotated[
+        list[str] | None,
+        Query(description="`key` (set) or `key=value`; repeat the parameter to ask for several"),
+    ] = None,
+    alias: Annotated[str | None, Query(description="versions an alias of this name names")] = None,
+    program_digest: Annotated[str | None, Query(min_length=64, max_length=64)] = None,
+    graph_digest: Annotated[str | None, Query(min_length=64, max_length=64)] = None,
+    namespace: Annotated[
+        str | None, Query(max_length=128, description="an operator namespace the program uses")
+    ] = None,
+    schema_version: Annotated[str | None, Query(max_length=16)] = None,
+    pushed_by: Annotated[
+        str | None, Query(max_length=128, description="the principal that pushed it")
+    ] = None,
+    created_after: Annotated[datetime | None, Query(description="inclusive")] = None,
+    created_before: Annotated[datetime | None, Query(description="exclusive")] = None,
+    include_deleted: bool = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[int | None, Query(ge=1, description="the previous page's `next`")] = None,
+) -> SearchPage:
+    """Versions of every model (or one) that match all the filters given, newest first."""
+    if model is not None:
+        check_model_name(model)
+    query = SearchQuery(
+        model=model,
+        tags=tuple(parse_tag(t) for t in tag or ()),
+        alias=alias,
+        program_digest=program_digest,
+        graph_digest=graph_digest,
+        namespace=namespace,
+        schema_version=schema_version,
+        pushed_by=pushed_by,
+        created_after=created_after,
+        created_before=created_before,
+        include_deleted=include_deleted,
+    )
+    return registry.search(query, limit, after)

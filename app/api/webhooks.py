@@ -1,0 +1,117 @@
+"""Webhook endpoints: subscribe to registry events, list and delete subscriptions, read their
+deliveries. Include `router` after the registry's: its lifespan runs the outbox dispatcher on
+the registry the registry router opened, and stops it when the app stops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from app.api.problems import problem_responses
+from app.api.registry import RegistryDep
+from app.registry import Registry, check_model_name
+from app.registry import webhooks as hooks
+from app.registry.outbox import EventKind
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    registry: Registry = app.state.registry
+    dispatcher = hooks.Dispatcher(registry.db, app.state.settings)
+    task = asyncio.create_task(dispatcher.run(), name="webhook-dispatcher")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], lifespan=_lifespan)
+
+_PROBLEMS = ("registry-unavailable", "request-invalid")
+_ONE_PROBLEMS = (*_PROBLEMS, "webhook-not-found")
+
+
+class NewSubscription(BaseModel):
+    """A subscription to create: where to post, which events, of which model (None: all)."""
+
+    url: str = Field(max_length=2000, examples=["https://ci.example.com/hooks/pt2serde"])
+    events: list[EventKind] | None = Field(
+        default=None, description="the event kinds to deliver; all of them when left out"
+    )
+    model: str | None = Field(default=None, description="one model's events; every model's if null")
+
+
+class SubscriptionList(BaseModel):
+    """Live subscriptions, oldest first."""
+
+    webhooks: list[hooks.Subscription]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=hooks.CreatedSubscription,
+    responses=problem_responses(*_PROBLEMS, "invalid-webhook", "invalid-name"),
+)
+def create_webhook(body: NewSubscription, registry: RegistryDep) -> hooks.CreatedSubscription:
+    """Subscribe a URL to registry events; the answer holds the signing secret, shown once.
+
+    Each delivery is a signed POST (see `X-Pt2serde-Signature` in the README): HMAC-SHA256 with
+    the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx."""
+    if body.model is not None:
+        check_model_name(body.model)
+    return hooks.create(registry.db, body.url, body.events, body.model)
+
+
+@router.get("", response_model=SubscriptionList, responses=problem_responses(*_PROBLEMS))
+def list_webhooks(registry: RegistryDep, model: str | None = None) -> SubscriptionList:
+    """Live subscriptions: all, or those a model's events reach (its own and global ones)."""
+    if model is not None:
+        check_model_name(model)
+    return SubscriptionList(webhooks=hooks.listing(registry.db, model))
+
+
+@router.get(
+    "/{webhook_id}",
+    response_model=hooks.Subscription,
+    responses=problem_responses(*_ONE_PROBLEMS),
+)
+def get_webhook(webhook_id: str, registry: RegistryDep) -> hooks.Subscription:
+    """One subscription (without its secret)."""
+    return hooks.get(registry.db, webhook_id)
+
+
+@router.delete(
+    "/{webhook_id}",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(*_ONE_PROBLEMS),
+)
+def delete_webhook(webhook_id: str, registry: RegistryDep) -> Response:
+    """Delete a subscription; deliveries not yet made are cancelled."""
+    hooks.remove(registry.db, webhook_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{webhook_id}/deliveries",
+    response_model=hooks.DeliveryPage,
+    responses=problem_responses(*_ONE_PROBLEMS),
+)
+def list_deliveries(
+    webhook_id: str,
+    registry: RegistryDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before: Annotated[int | None, Query(ge=1)] = None,
+) -> hooks.DeliveryPage:
+    """A subscription's deliveries, newest first: status, attempts, the last answer."""
+    return hooks.deliveries(registry.db, webhook_id, limit, before)
