@@ -163,7 +163,7 @@ class Document:
 
 def _refuse_unreadable(raw: bytes, settings: Settings) -> None:
     """A document over a bound cannot be read: refused, not reported."""
-    bounds = [f for f in check_bounds(raw, settings) if f.severity == "error"]
+    bounds = [f for f in check_bounds(raw, settings.limits) if f.severity == "error"]
     if bounds:
         first = bounds[0]
         raise OperationFailure(first.code, first.message, _issues(bounds))
@@ -175,7 +175,7 @@ def read_document(source: Source, model: str | None, settings: Settings) -> Docu
     raw = source.documents[name]
     _refuse_unreadable(raw, settings)
     upgraded = schema.upgrade(raw)
-    refuse_if_unsafe(screen(upgraded.document, settings, source.pickled))
+    refuse_if_unsafe(screen(upgraded.document, settings.limits, source.pickled))
     return Document(name, upgraded.document, upgraded.steps, upgraded.from_version)
 
 
@@ -365,7 +365,7 @@ def validate(
     report = validate_document(
         upgraded.document,
         level,
-        settings,
+        settings.limits,
         source.tensor_metas(name),
         pickled,
         unknown=upgraded.unknown_fields,
@@ -387,7 +387,7 @@ def validate(
 
 def validate_bytes_report(raw: bytes, level: Level, settings: Settings) -> Report:
     """The report of a document that cannot be read (bounds or schema problems)."""
-    report, _ = validate_bytes(raw, level, settings)
+    report, _ = validate_bytes(raw, level, settings.limits)
     return report
 
 
@@ -507,7 +507,7 @@ def deserialize_to(
     # validate's torch level is semantic validation, then the worker job run here: refusing what
     # semantic validation refuses keeps "validate accepts it" and "deserialize rebuilds it" equal
     report = validate_document(
-        doc, "semantic", settings, document.tensor_metas(read.name), document.pickled
+        doc, "semantic", settings.limits, document.tensor_metas(read.name), document.pickled
     )
     errors = [f for f in report.findings if f.severity == "error"]
     if errors:

@@ -29,7 +29,7 @@ from app.bridge.standins import stand_ins
 from app.bridge.tensors import View, by_name, checked_views, shape_of
 from app.bridge.torch_schema import to_torch
 from app.programs.screen import refuse_if_unsafe, screen
-from app.settings import Settings
+from app.settings import Limits
 from schema import (
     Device,
     InputSpecBuffer,
@@ -50,7 +50,7 @@ Route = Literal["fast", "torch"]
 
 #: The screen's settings here, the defaults and never the environment: archive pickles are
 #: the callers' concern, not the document's.
-_SCREEN = Settings.model_construct()
+_SCREEN = Limits()
 
 
 @dataclass(frozen=True)

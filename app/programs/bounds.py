@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 
 from app.programs.findings import Finding
-from app.settings import Settings
+from app.settings import Limits
 
 #: Python refuses to print integers longer than this (sys.int_info.default_max_str_digits).
 MAX_NUMBER_DIGITS = 4300
@@ -44,13 +44,13 @@ BOUNDS_CODES = (
 )
 
 
-def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
+def check_bounds(data: bytes, limits: Limits) -> list[Finding]:
     """Size, nesting, string, number and node bounds, from the raw bytes before any parse."""
-    if len(data) > settings.max_json_bytes:
+    if len(data) > limits.max_json_bytes:
         return [
             _bound(
                 "document-too-large",
-                f"{len(data)} bytes; the limit is {settings.max_json_bytes}",
+                f"{len(data)} bytes; the limit is {limits.max_json_bytes}",
             )
         ]
     # Dropping escaped backslashes and quotes leaves every remaining quote a string delimiter,
@@ -59,22 +59,22 @@ def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
     parts = cleaned.split(b'"')
     found: list[Finding] = []
     longest = max(map(len, itertools.islice(parts, 1, None, 2)), default=0)
-    if longest > settings.max_string_length:
+    if longest > limits.max_string_length:
         found.append(
             _bound(
                 "document-string-too-long",
-                f"a string of {longest} bytes; the limit is {settings.max_string_length}",
+                f"a string of {longest} bytes; the limit is {limits.max_string_length}",
             )
         )
     structure = b"".join(itertools.islice(parts, 0, None, 2))
     del parts
     steps = structure.translate(None, delete=_NOT_BRACKETS).translate(_OPEN_CLOSE)
     depth = max(itertools.accumulate(array.array("b", steps)), default=0)
-    if depth > settings.max_json_depth:
+    if depth > limits.max_json_depth:
         found.append(
             _bound(
                 "document-too-deep",
-                f"nested {depth} levels deep; the limit is {settings.max_json_depth}",
+                f"nested {depth} levels deep; the limit is {limits.max_json_depth}",
             )
         )
     if next(digit_runs(structure, MAX_NUMBER_DIGITS + 1), None) is not None:
@@ -86,13 +86,13 @@ def check_bounds(data: bytes, settings: Settings) -> list[Finding]:
     # the key is counted with a plain search, which can only overcount (a string value
     # "target" not followed by a colon); the exact count is taken only past the limit
     nodes = cleaned.count(b'"target"')
-    if nodes > settings.max_nodes:
+    if nodes > limits.max_nodes:
         nodes = sum(1 for _ in _NODE_KEY.finditer(cleaned))
-    if nodes > settings.max_nodes:
+    if nodes > limits.max_nodes:
         found.append(
             _bound(
                 "document-too-many-nodes",
-                f"{nodes} graph nodes; the limit is {settings.max_nodes}",
+                f"{nodes} graph nodes; the limit is {limits.max_nodes}",
             )
         )
     return found

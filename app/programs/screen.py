@@ -20,7 +20,7 @@ from app.programs import opset
 from app.programs.expr import UnsafeExpression, check_expression, check_guard
 from app.programs.findings import Finding, FindingList, Severity
 from app.programs.graph import GraphSite, sym_exprs, walk_graphs
-from app.settings import Settings
+from app.settings import Limits
 from schema.errors import pointer
 
 #: Operators that read or write files: those with a `str filename` argument in torch's schemas,
@@ -60,7 +60,7 @@ class UnsafeProgram(Failure):
 
 def screen(
     doc: schema.ExportedProgram,
-    settings: Settings,
+    limits: Limits,
     pickled: Sequence[str] = (),
     *,
     graphs: Sequence[GraphSite] | None = None,
@@ -91,8 +91,8 @@ def screen(
             where = f"/graph_module/module_call_graph/{i}/signature"
             _treespec(entry.signature.in_spec, f"{where}/in_spec", found)
             _treespec(entry.signature.out_spec, f"{where}/out_spec", found)
-    _custom_objects(doc, "warning" if settings.allow_opaque_pickles else "error", found)
-    _pickles(pickled, "warning" if settings.allow_opaque_pickles else "error", found)
+    _custom_objects(doc, "warning" if limits.allow_opaque_pickles else "error", found)
+    _pickles(pickled, "warning" if limits.allow_opaque_pickles else "error", found)
     return found.result()
 
 

@@ -16,7 +16,7 @@ from app.programs.findings import Finding, FindingList, Level, Report
 from app.programs.graph import GraphSite, walk_graphs
 from app.programs.screen import custom_namespaces, screen
 from app.programs.semantics import check_semantics
-from app.settings import Settings
+from app.settings import Limits
 from schema.compat import newest_used
 
 #: The oldest schema version a document can be said to need: the first 8.x torch shipped.
@@ -31,12 +31,12 @@ _CURRENT = schema.format_version(schema.CURRENT)
 def validate_bytes(
     data: bytes,
     level: Level,
-    settings: Settings,
+    limits: Limits,
     tensors: Mapping[str, schema.TensorMeta] | None = None,
     pickled: Sequence[str] = (),
 ) -> tuple[Report, schema.ExportedProgram | None]:
     """Check bounds, parse and validate a document; the parsed document unless unreadable."""
-    bounds = check_bounds(data, settings)
+    bounds = check_bounds(data, limits)
     if bounds:
         return _unread(level, bounds), None
     try:
@@ -47,7 +47,7 @@ def validate_bytes(
             found.add(issue.code, "error", issue.path, issue.message)
         return _unread(level, found.result()), None
     report = validate_document(
-        read.document, level, settings, tensors, pickled, unknown=read.unknown_fields
+        read.document, level, limits, tensors, pickled, unknown=read.unknown_fields
     )
     return report, read.document
 
@@ -55,7 +55,7 @@ def validate_bytes(
 def validate_document(
     doc: schema.ExportedProgram,
     level: Level,
-    settings: Settings,
+    limits: Limits,
     tensors: Mapping[str, schema.TensorMeta] | None = None,
     pickled: Sequence[str] = (),
     *,
@@ -74,7 +74,7 @@ def validate_document(
     else:
         graphs = list(walk_graphs(doc.graph_module.graph))
         check_semantics(doc, graphs, tensors, found)
-        found.extend(screen(doc, settings, pickled, graphs=graphs))
+        found.extend(screen(doc, limits, pickled, graphs=graphs))
         unchecked = [*(["weights"] if tensors is None else []), "torch"]
     version = schema_floor(doc)
     findings = found.result()

@@ -275,7 +275,7 @@ def test_semantic_validation_agrees_with_torch(sources: dict[str, bytes], tmp_pa
     ours: dict[str, tuple[bool, list[str]]] = {}
     paths: dict[str, Path] = {}
     for n, (mutant_id, name, document) in enumerate(mutants):
-        report, _ = validate_bytes(document, "semantic", settings)
+        report, _ = validate_bytes(document, "semantic", settings.limits)
         errors = sorted({f.code for f in report.findings if f.severity == "error"})
         ours[mutant_id] = (report.valid, errors)
         paths[mutant_id] = tmp_path / f"m{n}.pt2"
