@@ -1,5 +1,6 @@
 """Hostile framing, seeded: multipart bodies with odd boundaries, part counts and part headers,
-and every path parameter of the API replaced by huge numbers, long strings and odd characters.
+every path parameter of the API replaced by huge numbers, long strings and odd characters, and
+odd Range headers on every route that serves byte ranges.
 
 The content mutants (mutants.py) keep the framing well formed so as to reach the readers; these
 keep the content plain so as to reach the HTTP layer's parsers, where a boundary over 256 bytes
@@ -36,6 +37,38 @@ PATH_VALUES = (
     "0",
 )
 _DOC = b'{"schema_version": {"major": 8, "minor": 20}}'
+#: Range values: several (overlapping, adjacent, reversed, past the end), suffixes, huge numbers
+#: past 64 bits and int()'s digit limit, empty or odd pieces, other units and spacing.
+RANGE_VALUES = (
+    "bytes=0-0,2-2,4-4",
+    "bytes=0-10,5-15,3-4",
+    "bytes=0-1,2-3",
+    "bytes=5-1",
+    "bytes=-0",
+    "bytes=-1",
+    "bytes=0-",
+    "bytes=-99999999999999999999999",
+    "bytes=99999999999999999999999-",
+    "bytes=0-" + "9" * 5000,
+    "bytes=" + "9" * 5000 + "-",
+    "bytes=" + "0" * 5000 + "1-2",
+    "bytes=",
+    "bytes=-",
+    "bytes=--1",
+    "bytes=0--1",
+    "bytes=,",
+    "bytes=0-1,,2-3",
+    "bytes = 0-1",
+    "bytes=0-1 , 3-4",
+    "bytes=0x10-",
+    "bytes=1e3-",
+    "BYTES=0-1",
+    "items=0-1",
+    "bytes",
+    "=0-1",
+    ",".join(["bytes=0-0"] + [f"{i}-{i}" for i in range(2, 2000, 2)]),
+    "bytes=" + ",".join(["0-"] * 300),
+)
 
 
 @dataclass(frozen=True)
@@ -134,4 +167,31 @@ def multipart_paths(spec: dict[str, Any]) -> list[str]:
         content = post.get("requestBody", {}).get("content", {})
         if "multipart/form-data" in content:
             out.append(template.replace("{name}", "fuzzed"))
+    return out
+
+
+def range_requests(
+    spec: dict[str, Any], plain: dict[str, str], rng: random.Random
+) -> list[RawRequest]:
+    """Every GET documented with a 206 answer, parameters from `plain`, once per Range value and
+    a few random lists of ranges, with and without an If-Range."""
+    values = list(RANGE_VALUES)
+    for _ in range(8):
+        pieces = [
+            f"{rng.choice(('', rng.randrange(10**6)))}-{rng.choice(('', rng.randrange(10**6)))}"
+            for _ in range(rng.choice((2, 3, 16, 17, 40)))
+        ]
+        values.append("bytes=" + ",".join(pieces))
+    out: list[RawRequest] = []
+    for template, item in spec["paths"].items():
+        if "206" not in item.get("get", {}).get("responses", {}):
+            continue
+        path = template
+        for name in re.findall(r"\{(\w+)\}", template):
+            path = path.replace("{" + name + "}", plain[name])
+        for value in values:
+            headers: tuple[tuple[str, str], ...] = (("Range", value),)
+            if rng.random() < 0.2:
+                headers += (("If-Range", rng.choice(('"stale"', 'W/"x"', "", "x"))),)
+            out.append(RawRequest("GET", path, headers, b""))
     return out

@@ -1,10 +1,12 @@
 """Framing fuzz in the suite: seeded multipart bodies with odd boundaries, part counts and part
-headers on every multipart route, and hostile values in every path parameter of the API; every
-answer is a 2xx or a catalogued problem with its status, and the server stays healthy."""
+headers on every multipart route, hostile values in every path parameter of the API, and odd
+Range headers on every route that serves ranges; every answer is a 2xx or a catalogued problem
+with its status (a range answer, one RFC 9110 allows), and the server stays healthy."""
 
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -14,7 +16,13 @@ import torch
 
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server, upload_leftovers
 from tests.fuzz.campaign import judge
-from tests.fuzz.framing import RawRequest, multipart_paths, multipart_request, path_requests
+from tests.fuzz.framing import (
+    RawRequest,
+    multipart_paths,
+    multipart_request,
+    path_requests,
+    range_requests,
+)
 from tests.programs import archive_bytes
 
 SEED = 20261123
@@ -71,3 +79,58 @@ def test_framing_and_path_parameters_get_no_server_error(framing_server: Server)
     for code in ("bad-multipart", "too-many-parts", "version-not-found", "model-not-found"):
         assert codes[code] > 0, dict(codes)
     assert upload_leftovers(framing_server) == []
+
+
+def _range_wrong(answer: httpx.Response, whole: bytes) -> str | None:
+    """Why a ranged answer is not one RFC 9110 allows: the whole body (200), the bytes one
+    Content-Range names or a multipart/byteranges of such parts (206), or 416 naming the size."""
+    size = len(whole)
+    if answer.status_code == 200:
+        return None if answer.content == whole else "200 without the whole body"
+    if answer.status_code == 416:
+        want = f"bytes */{size}"
+        return None if answer.headers.get("content-range") == want else "416 without */size"
+    if answer.status_code != 206:
+        return None
+    media = answer.headers.get("content-type", "")
+    if media.startswith("multipart/byteranges"):
+        parts = re.findall(rb"Content-Range: bytes (\d+)-(\d+)/(\d+)\r\n\r\n", answer.content)
+        bad = [p for p in parts if not int(p[0]) <= int(p[1]) < int(p[2]) == size]
+        return None if parts and not bad else f"byteranges parts {parts[:3]}"
+    found = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", answer.headers.get("content-range", ""))
+    if found is None:
+        return "206 without a Content-Range"
+    first, last, total = (int(g) for g in found.groups())
+    if total != size or answer.content != whole[first : last + 1]:
+        return f"206 {found.group(0)} with other bytes"
+    return None
+
+
+def test_odd_ranges_are_answered_as_rfc_9110_allows(framing_server: Server) -> None:
+    rng = random.Random(SEED)
+    with framing_server.client(timeout=60) as client:
+        program = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+        pushed = client.post(
+            "/v1/models/ranged/versions",
+            content=archive_bytes(program),
+            headers={"Content-Type": "application/zip"},
+        )
+        assert pushed.status_code == 201, pushed.text
+        archive = client.get("/v1/models/ranged/versions/1/archive")
+        plain = {"name": "ranged", "ref": "1", "digest": archive.headers["etag"].strip('"')}
+        requests = range_requests(client.get("/openapi.json").json(), plain, rng)
+        wholes: dict[str, bytes] = {}
+        defects: list[str] = []
+        statuses: Counter[int] = Counter()
+        for request in requests:
+            if request.path not in wholes:
+                wholes[request.path] = client.get(request.path).content
+            answer = _send(client, request)
+            statuses[answer.status_code] += 1
+            wrong = judge(answer)[1] or _range_wrong(answer, wholes[request.path])
+            if wrong is not None:
+                defects.append(f"{wrong}: {request.describe()}")
+        assert defects == [], "\n".join(defects[:20])
+    # every route that serves ranges was reached, and every kind of answer came up
+    assert len(wholes) == 3, sorted(wholes)
+    assert {200, 206, 416} <= set(statuses), statuses
