@@ -16,180 +16,31 @@ from fractions import Fraction
 from typing import Literal
 
 from app.failure import Failure
-
-#: Longest expression or guard accepted, in characters.
-MAX_LENGTH = 16_384
-#: Deepest nesting of parentheses, calls and unary operators.
-MAX_DEPTH = 64
-#: Most digits of one integer literal (int64 needs 19).
-MAX_DIGITS = 40
-#: Largest power an expression may raise to, accumulated through nested powers and shifts.
-MAX_EXPONENT = 64
-#: Largest binary precision of a sympy Float.
-MAX_PRECISION = 1024
-#: Most operands (names and numbers) in one text: sympy's work grows faster than their number.
-MAX_OPERANDS = 256
-#: Most arguments of one call.
-MAX_ARGUMENTS = 64
-#: Most arguments of all Max and Min calls of one text together: sympy flattens nested ones and
-#: compares their arguments pairwise (64 symbols took 2.8 s, 2500 pinned a worker for minutes).
-MAX_MINMAX_ARGUMENTS = 32
-_MINMAX = frozenset({"Max", "Min"})
-
-Mode = Literal["expression", "guard"]
-
-#: Symbols as torch's ShapeEnv and inductor name them (s0, u3, zuf0, r0_1, ...).
-SYMBOL_NAME = re.compile(r"[a-z][a-z_]{0,15}[0-9][0-9_]{0,15}")
-
-_CONSTANTS = frozenset({"oo", "int_oo", "zoo", "nan", "true", "false", "True", "False"})
-_ASSUMPTIONS = frozenset(
-    {
-        "integer",
-        "noninteger",
-        "positive",
-        "negative",
-        "nonnegative",
-        "nonpositive",
-        "zero",
-        "nonzero",
-        "real",
-        "extended_real",
-        "extended_positive",
-        "extended_negative",
-        "extended_nonnegative",
-        "extended_nonpositive",
-        "extended_nonzero",
-        "finite",
-        "infinite",
-        "rational",
-        "irrational",
-        "even",
-        "odd",
-        "prime",
-        "composite",
-        "commutative",
-        "complex",
-        "imaginary",
-        "hermitian",
-        "antihermitian",
-        "algebraic",
-        "transcendental",
-    }
+from app.programs.expr_grammar import (
+    ASSUMPTIONS,
+    BINARY,
+    COMPARISONS,
+    CONSTANTS,
+    FUNCTIONS,
+    GUARD_CONSTANTS,
+    GUARD_FUNCTIONS,
+    GUARD_METHODS,
+    KEYWORDS,
+    KINDS,
+    MAX_ARGUMENTS,
+    MAX_DEPTH,
+    MAX_DIGITS,
+    MAX_EXPONENT,
+    MAX_LENGTH,
+    MAX_MINMAX_ARGUMENTS,
+    MAX_OPERANDS,
+    MAX_PRECISION,
+    MINMAX,
+    POWERS,
+    SYMBOL_NAME,
+    TOKEN,
+    Mode,
 )
-_OPAQUE_UNARY = ("sqrt", "cos", "cosh", "acos", "sin", "sinh", "asin", "tan", "tanh", "atan")
-_OPAQUE_UNARY_MORE = ("asinh", "exp", "log", "log2")
-#: sympy classes srepr spells, sympy functions str spells, and torch's sympy functions
-#: (torch/utils/_sympy/functions.py, the locals of torch's deserializer).
-_FUNCTIONS = frozenset(
-    {
-        "Symbol",
-        "Integer",
-        "Rational",
-        "Float",
-        "Add",
-        "Mul",
-        "Pow",
-        "Max",
-        "Min",
-        "Abs",
-        "Mod",
-        "sqrt",
-        "floor",
-        "ceiling",
-        "Eq",
-        "Ne",
-        "Lt",
-        "Le",
-        "Gt",
-        "Ge",
-        "Equality",
-        "Unequality",
-        "StrictLessThan",
-        "LessThan",
-        "StrictGreaterThan",
-        "GreaterThan",
-        "And",
-        "Or",
-        "Not",
-        "Piecewise",
-        "ExprCondPair",
-        "FloorDiv",
-        "ModularIndexing",
-        "Where",
-        "PythonMod",
-        "CleanDiv",
-        "CeilToInt",
-        "FloorToInt",
-        "CeilDiv",
-        "LShift",
-        "RShift",
-        "PowByNatural",
-        "FloatPow",
-        "FloatTrueDiv",
-        "IntTrueDiv",
-        "IsNonOverlappingAndDenseIndicator",
-        "TruncToFloat",
-        "TruncToInt",
-        "RoundToInt",
-        "RoundDecimal",
-        "ToFloat",
-        "Identity",
-        "BitwiseFn_bitwise_and",
-        "BitwiseFn_bitwise_or",
-        "BitwiseFn_bitwise_xor",
-        *(f"OpaqueUnaryFn_{name}" for name in _OPAQUE_UNARY + _OPAQUE_UNARY_MORE),
-    }
-)
-#: Functions whose second argument is an exponent or a shift: it multiplies the size of a value.
-_POWERS = frozenset({"Pow", "PowByNatural", "FloatPow", "LShift", "RShift"})
-#: Callables torch's Python printer writes into guards (torch/utils/_sympy/printers.py).
-_GUARD_FUNCTIONS = frozenset(
-    {
-        "abs",
-        "max",
-        "min",
-        "round",
-        "math.floor",
-        "math.ceil",
-        "math.trunc",
-        "math.isnan",
-        "math.sqrt",
-        *(f"math.{name}" for name in _OPAQUE_UNARY[1:] + ("log2",)),
-        "torch.sym_float",
-        "torch.sym_int",
-        "torch.sym_max",
-        "torch.sym_min",
-        "torch.sym_not",
-        "torch.sym_ite",
-        "torch.sym_sqrt",
-        "torch._sym_sqrt",
-        "IsNonOverlappingAndDenseIndicator",
-        "cast_symbool_to_symint_guardless",
-    }
-)
-_GUARD_CONSTANTS = frozenset({"math.inf", "math.nan", "inf", "True", "False"})
-#: Tensor properties a guard source may read (TensorPropertySource).
-_GUARD_METHODS = frozenset({"size", "stride", "storage_offset", "numel", "dim"})
-
-_TOKEN = re.compile(
-    r"""(?:
-      (?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)
-    | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<str>'[^'\\\n\r]*')
-    | (?P<op>\*\*|//|==|!=|<=|>=|[-+*/%()<>,=\[\].&|~])
-    )""",
-    re.VERBOSE,
-)
-_KINDS: dict[str, Literal["num", "name", "str", "op"]] = {
-    "num": "num",
-    "name": "name",
-    "str": "str",
-    "op": "op",
-}
-_COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
-#: Python's precedence of the binary operators the grammar keeps (higher binds tighter).
-_BINARY = {"|": 1, "&": 2, "+": 3, "-": 3, "*": 4, "/": 4, "//": 4, "%": 4}
-_KEYWORDS = frozenset({"and", "or", "not", "if", "else"})
 
 
 class UnsafeExpression(Failure):
@@ -313,10 +164,10 @@ class _Parser:
             if pos == end:
                 yield _Token("end", "", pos)
                 return
-            match = _TOKEN.match(self.text, pos)
+            match = TOKEN.match(self.text, pos)
             if match is None:
                 raise self._refuse(f"unexpected character {self.text[pos]!r}", pos)
-            kind = _KINDS[match.lastgroup or ""]
+            kind = KINDS[match.lastgroup or ""]
             yield _Token(kind, match.group(kind), match.start(kind))
             pos = match.end()
 
@@ -396,14 +247,14 @@ class _Parser:
     def _comparison(self) -> _Value:
         left = self._binary(1)
         token = self._peek()
-        if token.kind == "op" and token.text in _COMPARISONS:
+        if token.kind == "op" and token.text in COMPARISONS:
             self._next()
             right = self._binary(1)
             strings = self.mode == "guard"
             self._operand(left, token, strings)
             self._operand(right, token, strings)
             after = self._peek()
-            if after.kind == "op" and after.text in _COMPARISONS:
+            if after.kind == "op" and after.text in COMPARISONS:
                 raise self._refuse("chained comparison", after.pos)
             return _Value(kind="bool", size=max(left.size, right.size))
         return left
@@ -412,7 +263,7 @@ class _Parser:
         left = self._unary()
         while True:
             token = self._peek()
-            precedence = _BINARY.get(token.text) if token.kind == "op" else None
+            precedence = BINARY.get(token.text) if token.kind == "op" else None
             if precedence is None or precedence < min_precedence:
                 return left
             self._next()
@@ -517,10 +368,10 @@ class _Parser:
     def _expression_name(self, token: _Token) -> _Value:
         name = token.text
         if self._at("("):
-            if name not in _FUNCTIONS:
+            if name not in FUNCTIONS:
                 raise self._refuse(f"the function {name!r} is not allowed", token.pos)
             return self._call(token)
-        if name in _CONSTANTS:
+        if name in CONSTANTS:
             return _Value(kind="bool") if name in ("true", "false", "True", "False") else _PLAIN
         if is_symbol_name(name):
             self.symbols.add(name)
@@ -558,7 +409,7 @@ class _Parser:
         name = token.text
         if len(args) > MAX_ARGUMENTS:
             raise self._refuse(f"a call with more than {MAX_ARGUMENTS} arguments", token.pos)
-        if name in _MINMAX:
+        if name in MINMAX:
             self.minmax_arguments += len(args)
             if self.minmax_arguments > MAX_MINMAX_ARGUMENTS:
                 raise self._refuse(
@@ -582,7 +433,7 @@ class _Parser:
             if p is None or q is None or p.denominator != 1 or q.denominator != 1:
                 raise self._refuse("Rational takes two integer literals", token.pos)
             return _Value(number=p / q) if q else _PLAIN
-        if name in _POWERS:
+        if name in POWERS:
             if len(args) != 2:
                 raise self._refuse(f"{name} takes two arguments", token.pos)
             return self._raise(args[0], args[1], token)
@@ -592,7 +443,7 @@ class _Parser:
         if len(args) != 1 or args[0].kind != "str" or not is_symbol_name(args[0].text):
             raise self._refuse("Symbol takes one quoted symbol name", token.pos)
         for key, value in keywords.items():
-            if key not in _ASSUMPTIONS or value.kind != "bool":
+            if key not in ASSUMPTIONS or value.kind != "bool":
                 raise self._refuse(f"Symbol assumption {key!r} must be a known flag", token.pos)
         self.symbols.add(args[0].text)
         return _Value(symbol=True)
@@ -621,7 +472,7 @@ class _Parser:
     # ------------------------------------------------------------ names (guards)
 
     def _guard_name(self, token: _Token) -> _Value:
-        if token.text in _KEYWORDS:
+        if token.text in KEYWORDS:
             raise self._refuse(f"unexpected {token.text!r}", token.pos)
         if token.text == "L" and self._at("["):
             return self._source(token)
@@ -630,10 +481,10 @@ class _Parser:
             self._next()
             dotted += "." + self._next().text
         if self._at("("):
-            if dotted not in _GUARD_FUNCTIONS:
+            if dotted not in GUARD_FUNCTIONS:
                 raise self._refuse(f"the function {dotted!r} is not allowed", token.pos)
             return self._guard_call(token)
-        if dotted in _GUARD_CONSTANTS:
+        if dotted in GUARD_CONSTANTS:
             return _Value(kind="bool") if dotted in ("True", "False") else _PLAIN
         raise self._refuse(f"the name {dotted!r} is not allowed", token.pos)
 
@@ -667,7 +518,7 @@ class _Parser:
                 attr = self._next()
                 if attr.text.startswith("__"):
                     raise self._refuse(f"the attribute {attr.text!r} is not allowed", attr.pos)
-                if attr.text in _GUARD_METHODS:
+                if attr.text in GUARD_METHODS:
                     self._expect("(")
                     self._expect(")")
                     if self._at("["):
