@@ -24,12 +24,15 @@ from app.api.deps import LazyPool
 from app.settings import Settings
 
 
+from app.workers.admission import Admission
+from app.workers.documents import DocumentRunner
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; torch workers start at the first torch job, not here."""
     settings = settings or Settings.from_env()
     pool = LazyPool(settings)
 
     @asynccontextmanager
+    documents = DocumentRunner(settings)
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             yield
@@ -37,6 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             pool.close()
 
     app = FastAPI(
+            documents.close()
         title="pt2serde",
         version="0.1.0",
         summary="Serialize, deserialize, canonicalize and validate torch exported programs.",
@@ -46,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = pool
     for exc_type, handler in problems.HANDLERS.items():
         app.add_exception_handler(exc_type, handler)
+    app.state.documents = documents
+    app.state.admission = Admission.of(settings)
     app.include_router(health.router)
     app.include_router(schemas.router)
     app.include_router(programs.router)

@@ -27,15 +27,15 @@ from app.bridge.report import TorchCheck
 from app.failure import Failure
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
+from app.programs.bounds import check_bounds
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
+from app.programs.findings import Finding, Level, Report
 from app.programs.inspect import registry as inspect_views
 from app.programs.inspect.common import graph_weights
 from app.programs.inspect.view import InspectRequest as InspectRequest
 from app.programs.inspect.view import Subject
 from app.programs.screen import refuse_if_unsafe, screen
-from app.programs.bounds import check_bounds
-from app.programs.findings import Finding, Level, Report
 from app.programs.validation import validate_bytes, validate_document
 from app.settings import Settings
 
@@ -62,6 +62,8 @@ class Source:
     archive: Archive | None = None
     #: the archive as handed in (its path, or its bytes): torch workers open it themselves.
     origin: Path | bytes | None = None
+    #: model -> its document once read and checked: the next operation on the source reuses it
+    checked: dict[str, Document] = field(default_factory=dict)
 
     def model(self, name: str | None) -> str:
         """The chosen model's name: `name`, or the only one there is."""
@@ -170,13 +172,18 @@ def _refuse_unreadable(raw: bytes, settings: Settings) -> None:
 
 
 def read_document(source: Source, model: str | None, settings: Settings) -> Document:
-    """Bound, parse, upgrade (older or newer 8.x, 7.x) and screen one model's document."""
+    """Bound, parse, upgrade (older or newer 8.x, 7.x) and screen one model's document, once
+    per source: a document read (or validated) before is handed on as it was checked."""
     name = source.model(model)
+    if name in source.checked:
+        return source.checked[name]
     raw = source.documents[name]
     _refuse_unreadable(raw, settings)
     upgraded = schema.upgrade(raw)
     refuse_if_unsafe(screen(upgraded.document, settings.limits, source.pickled))
-    return Document(name, upgraded.document, upgraded.steps, upgraded.from_version)
+    read = Document(name, upgraded.document, upgraded.steps, upgraded.from_version)
+    source.checked[name] = read
+    return read
 
 
 def _issues(findings: list[Finding]) -> list[schema.Issue]:
@@ -352,8 +359,18 @@ def validate(
 ) -> Report:
     """The validation report of one model at a level; `torch` needs a runner (the pool), and
     checks the tensors of `weights` (a safetensors file) or else the archive's own."""
+    report = check(source, level, settings, model)
+    if level != "torch" or not report.valid:
+        return report
     name = source.model(model)
-    pickled = source.pickled
+    document = schema.dump(source.checked[name].doc)
+    return torch_checked(report, runner, document, weights_from(weights, source, name))
+
+
+def check(source: Source, level: Level, settings: Settings, model: str | None = None) -> Report:
+    """The report of every check short of torch's (at level torch, it says torch is unchecked);
+    a document found valid past the schema level is kept on the source as read."""
+    name = source.model(model)
     raw = source.documents[name]
     _refuse_unreadable(raw, settings)
     try:
@@ -367,20 +384,29 @@ def validate(
         level,
         settings.limits,
         source.tensor_metas(name),
-        pickled,
+        source.pickled,
         unknown=upgraded.unknown_fields,
     )
+    if report.valid and level != "schema":
+        # the screen ran and refused nothing: this is what read_document would hand on
+        source.checked[name] = Document(
+            name, upgraded.document, upgraded.steps, upgraded.from_version
+        )
     dropped = sample_inputs(source, settings).dropped.get(name)
     report.findings.extend([dropped] if dropped is not None else [])
     for step in upgraded.steps:
         report.findings.append(Finding(code="upgraded", severity="info", path="", message=step))
-    if level != "torch" or not report.valid:
-        return report
+    return report
+
+
+def torch_checked(
+    report: Report, runner: TorchRunner | None, document: bytes | Path, tensors: TensorSource
+) -> Report:
+    """A valid semantic `report` with torch's check of the document (its bytes, or the file a
+    document job wrote them to) and its tensors added; needs a runner (the torch pool)."""
     if runner is None:
         raise OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
-    result = runner.submit(
-        "job_torch_check", schema.dump(upgraded.document), weights_from(weights, source, name)
-    )
+    result = runner.submit("job_torch_check", document, tensors)
     assert isinstance(result, dict)
     return merge_torch_check(report, TorchCheck.from_dict(result))
 

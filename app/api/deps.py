@@ -5,38 +5,34 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+import anyio.to_thread
 from fastapi import Depends, Query, Request
 
 from app import operations as ops
 from app.api.uploads import Upload, receive
-from app.bridge import WorkerPool
+from app.bridge.pool import torch_spec
 from app.settings import Settings
+from app.workers import pool as workers
+from app.workers.admission import Admission, documents_bytes, memory_need
+from app.workers.documents import DocumentRunner
+from app.workers.worker import Job
 
 
-class LazyPool:
+class LazyPool(workers.LazyPool):
     """The torch worker pool, started by the first torch job (or a readiness probe)."""
 
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._pool: WorkerPool | None = None
-        self._lock = threading.Lock()
+        super().__init__(torch_spec(settings))
         self._ready = False
 
-    def get(self) -> WorkerPool:
-        """The pool, starting it on first use."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = WorkerPool(self._settings)
-            return self._pool
-
-    def submit(self, job: str, *args: object) -> object:
+    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
         """Run a job of app.bridge.jobs in a worker (see WorkerPool.submit)."""
-        result = self.get().submit(job, *args)
+        result = super().submit(job, *args, timeout_s=timeout_s)
         self._ready = True
         return result
 
@@ -45,13 +41,6 @@ class LazyPool:
         if not self._ready:
             self.submit("job_ping")
         return self._ready
-
-    def close(self) -> None:
-        """Stop the workers, if they were started."""
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
 
 
 def settings_of(request: Request) -> Settings:
@@ -66,10 +55,42 @@ def pool_of(request: Request) -> LazyPool:
     return pool
 
 
+def documents_of(request: Request) -> DocumentRunner:
+    """The app's runner of document jobs (its pool starts with the first large upload)."""
+    runner: DocumentRunner = request.app.state.documents
+    return runner
+
+
 async def upload(request: Request) -> AsyncIterator[Upload]:
     """The request body on disk (streamed, capped), removed after the request."""
     async with receive(request, settings_of(request)) as received:
         yield received
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request admitted to do document work, and the bytes of documents its estimate counted
+    (what decides whether the work runs in this process or in a document worker)."""
+
+    document_bytes: int
+
+
+async def admit(request: Request, received: Upload) -> AsyncIterator[Admitted]:
+    """Hold the upload's estimated memory need within the process's admission budget while the
+    route works (waiting on the event loop, or 503 service-busy past the queue)."""
+    settings = settings_of(request)
+    paths = [part.path for part in received.parts.values()]
+    # reading zip directories is file I/O: off the event loop
+    size = await anyio.to_thread.run_sync(documents_bytes, paths, settings.limits)
+    admission: Admission = request.app.state.admission
+    async with admission.admit(memory_need(size)):
+        yield Admitted(size)
+
+
+async def admitted(request: Request, received: UploadDep) -> AsyncIterator[Admitted]:
+    """`admit` for the request's upload."""
+    async for granted in admit(request, received):
+        yield granted
 
 
 def output() -> Iterator[Path]:
@@ -97,6 +118,9 @@ def inspect_request(
 
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 PoolDep = Annotated[LazyPool, Depends(pool_of)]
+DocumentsDep = Annotated[DocumentRunner, Depends(documents_of)]
 UploadDep = Annotated[Upload, Depends(upload)]
+#: released as soon as the route returns, not once its response is sent
+AdmittedDep = Annotated[Admitted, Depends(admitted, scope="function")]
 OutputDep = Annotated[Path, Depends(output)]
 InspectDep = Annotated[ops.InspectRequest, Depends(inspect_request)]

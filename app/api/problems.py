@@ -128,17 +128,18 @@ register(
 )
 register(
     503,
-    worker_crashed="The torch worker died while running this request",
-    worker_timeout="The torch worker ran past its time limit",
-    worker_out_of_memory="The torch worker ran out of memory",
-    worker_start_failed="A torch worker could not start",
-    worker_pool_closed="The torch worker pool is shutting down",
+    worker_crashed="The worker (torch or document) died while running this request",
+    worker_timeout="The worker (torch or document) ran past its time limit",
+    worker_out_of_memory="The worker (torch or document) ran out of memory",
+    worker_start_failed="A worker could not start",
+    worker_pool_closed="The worker pool is shutting down",
     torch_unavailable="No torch worker is available",
+    service_busy="Too much work in flight and waiting: retry after Retry-After seconds",
 )
 register(
     500,
     internal_error="Internal error (a bug: please report it)",
-    worker_bad_job="A torch job could not be sent to a worker (a bug)",
+    worker_bad_job="A job could not be sent to a worker (a bug)",
 )
 
 register(

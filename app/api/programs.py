@@ -13,16 +13,30 @@ from pydantic import BaseModel
 
 import schema
 from app import operations as ops
-from app.api.deps import InspectDep, OutputDep, PoolDep, SettingsDep, UploadDep, settings_of
+from app.api.deps import (
+    Admitted,
+    AdmittedDep,
+    DocumentsDep,
+    InspectDep,
+    OutputDep,
+    PoolDep,
+    SettingsDep,
+    UploadDep,
+    admit,
+    settings_of,
+)
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.uploads import Part, Upload, receive
 from app.archive import ManifestEntry
 from app.programs.diff import ProgramDiff, render_text
-from app.programs.inspect.registry import InspectAnswer, answer
 from app.programs.findings import Level, Report
+from app.programs.inspect.registry import InspectAnswer, answer
+from app.workers import documents as jobs
 
 router = APIRouter(prefix="/v1", tags=["programs"])
+#: What a route that works on a document in a worker can also answer (app.workers).
+WORK_PROBLEMS = ("service-busy", *TORCH_PROBLEMS)
 
 
 class SerializeResponse(BaseModel):
@@ -36,6 +50,10 @@ def _source_media(part: Part) -> ops.Media:
     if part.media not in ("zip", "json"):
         raise ServiceError("unsupported-media-type", "send a .pt2 archive or a JSON document")
     return "zip" if part.media == "zip" else "json"
+
+
+def _job_upload(part: Part) -> jobs.Upload:
+    return jobs.Upload(part.path, _source_media(part))
 
 
 def _weights_part(upload: Upload) -> Part | None:
@@ -134,22 +152,29 @@ def deserialize(
             "description": "The canonical document's bytes; digests in X-Graph-Digest, "
             "X-Weights-Digest, X-Program-Digest and the ETag",
         },
-        **problem_responses(*READ_PROBLEMS, "graph-cycle"),
+        **problem_responses(*READ_PROBLEMS, "graph-cycle", *WORK_PROBLEMS),
     },
 )
-def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> Response:
+def canonicalize(
+    upload: UploadDep,
+    settings: SettingsDep,
+    documents: DocumentsDep,
+    admitted: AdmittedDep,
+    output: OutputDep,
+    model: str | None = None,
+) -> Response:
     """An archive or a document -> its canonical bytes, with the digests as headers."""
-    part = upload.one("file", "document")
-    with ops.open_source(part.path, _source_media(part), settings) as source:
-        result = ops.canonical(source, settings, model)
-    return Response(
-        result.data,
+    part = _job_upload(upload.one("file", "document"))
+    size = admitted.document_bytes
+    _, digests = documents.run(size, jobs.job_canonical, part, settings, model, output)
+    return FileResponse(
+        output,
         media_type="application/json",
         headers={
-            "X-Graph-Digest": result.digests.graph,
-            "X-Weights-Digest": result.digests.weights,
-            "X-Program-Digest": result.digests.program,
-            "ETag": f'"{result.digests.program}"',
+            "X-Graph-Digest": digests.graph,
+            "X-Weights-Digest": digests.weights,
+            "X-Program-Digest": digests.program,
+            "ETag": f'"{digests.program}"',
         },
     )
 
@@ -159,22 +184,29 @@ def canonicalize(upload: UploadDep, settings: SettingsDep, model: str | None = N
     response_model=Report,
     # any JSON: reporting what is wrong with a document is this endpoint's job
     openapi_extra=request_body("file", "weights", json={}),
-    responses=problem_responses(*READ_PROBLEMS, *TORCH_PROBLEMS),
+    responses=problem_responses(*READ_PROBLEMS, *WORK_PROBLEMS),
 )
 def validate(
     upload: UploadDep,
     settings: SettingsDep,
     pool: PoolDep,
+    documents: DocumentsDep,
+    admitted: AdmittedDep,
+    output: OutputDep,
     level: Level = "torch",
     model: str | None = None,
 ) -> Report:
     """An archive or a document -> the validation report (200 with valid false if invalid); at
     level torch, the tensors of the safetensors form part `weights`, or else the archive's own."""
-    part = upload.one("file", "document")
+    part = _job_upload(upload.one("file", "document"))
     weights = _weights_part(upload)
-    with ops.open_source(part.path, _source_media(part), settings) as source:
-        path = weights.path if weights is not None else None
-        return ops.validate(source, level, settings, pool, model, path)
+    path = weights.path if weights is not None else None
+    size = admitted.document_bytes
+    checked = documents.run(size, jobs.job_check, part, settings, level, model, path, output)
+    if checked.tensors is None:
+        return checked.report  # type: ignore[no-any-return]
+    # the document job wrote the checked document to `output` for the torch job to read
+    return ops.torch_checked(checked.report, pool, output, checked.tensors)
 
 
 class Feature(BaseModel):
@@ -214,13 +246,18 @@ class CompatOut(BaseModel):
     "/compat",
     response_model=CompatOut,
     openapi_extra=request_body("file"),
-    responses=problem_responses(*READ_PROBLEMS),
+    responses=problem_responses(*READ_PROBLEMS, *WORK_PROBLEMS),
 )
-def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> CompatOut:
+def compat(
+    upload: UploadDep,
+    settings: SettingsDep,
+    documents: DocumentsDep,
+    admitted: AdmittedDep,
+    model: str | None = None,
+) -> CompatOut:
     """An archive or a document -> the torch releases whose schema can read it, and why not."""
-    part = upload.one("file", "document")
-    with ops.open_source(part.path, _source_media(part), settings) as source:
-        result = ops.compat(source, settings, model)
+    part = _job_upload(upload.one("file", "document"))
+    result = documents.run(admitted.document_bytes, jobs.job_compat, part, settings, model)
     return CompatOut(
         min_version=result.min_version,
         features=[Feature(feature=f, since=v) for f, v in result.features],
@@ -235,20 +272,26 @@ def compat(upload: UploadDep, settings: SettingsDep, model: str | None = None) -
     response_model=InspectAnswer,
     openapi_extra=request_body("file"),
     responses=problem_responses(
-        *READ_PROBLEMS, "invalid-depth", "invalid-stage-count", "supported-missing"
+        *READ_PROBLEMS,
+        "invalid-depth",
+        "invalid-stage-count",
+        "supported-missing",
+        *WORK_PROBLEMS,
     ),
 )
 def inspect(
     upload: UploadDep,
     settings: SettingsDep,
     request: InspectDep,
+    documents: DocumentsDep,
+    admitted: AdmittedDep,
     model: str | None = None,
 ) -> BaseModel:
     """What is in a program: module tree, module graph, pipeline stages, partitions for a set of
     supported operators (targets or namespaces), operator histogram, or weights."""
-    part = upload.one("file", "document")
-    with ops.open_source(part.path, _source_media(part), settings) as source:
-        result = ops.inspect(source, settings, request, model)
+    part = _job_upload(upload.one("file", "document"))
+    size = admitted.document_bytes
+    result = documents.run(size, jobs.job_inspect, part, settings, request, model)
     return answer(request.view, result)
 
 
@@ -265,18 +308,28 @@ async def _diff_upload(request: Request) -> AsyncIterator[Upload]:
         yield received
 
 
+async def _diff_admitted(
+    request: Request, upload: Annotated[Upload, Depends(_diff_upload)]
+) -> AsyncIterator[Admitted]:
+    """Admission (`deps.admit`) for both programs of a diff."""
+    async for granted in admit(request, upload):
+        yield granted
+
+
 @router.post(
     "/diff",
     response_model=ProgramDiff,
     openapi_extra=request_body("old", "new", json=None, zip_=False, required=2),
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
-        **problem_responses(*READ_PROBLEMS, "graph-cycle"),
+        **problem_responses(*READ_PROBLEMS, "graph-cycle", *WORK_PROBLEMS),
     },
 )
 def diff(
     upload: Annotated[Upload, Depends(_diff_upload)],
     settings: SettingsDep,
+    documents: DocumentsDep,
+    admitted: Annotated[Admitted, Depends(_diff_admitted, scope="function")],
     model: str | None = None,
     format: Literal["json", "text"] = "json",
 ) -> Response:
@@ -284,12 +337,9 @@ def diff(
     up to the upload limit): interface, nodes, weights (values too when both are archives),
     ranges, modules. Versions in the registry are diffed without uploading them:
     `GET /v1/models/{name}/versions/{ref}/diff?against={ref}`."""
-    old, new = upload.need("old"), upload.need("new")
-    with (
-        ops.open_source(old.path, _source_media(old), settings) as was,
-        ops.open_source(new.path, _source_media(new), settings) as now,
-    ):
-        result = ops.program_diff(was, now, settings, model)
+    old, new = _job_upload(upload.need("old")), _job_upload(upload.need("new"))
+    size = admitted.document_bytes
+    result = documents.run(size, jobs.job_diff, old, new, settings, model)
     if format == "text":
         return Response(render_text(result), media_type="text/plain")
     return Response(result.model_dump_json(), media_type="application/json")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 from app.failure import Failure
+from app.workers.failures import is_allocation_failure, one_line
+
+__all__ = ["BridgeFailure", "is_allocation_failure", "one_line", "torch_message"]
 
 _SPACES = re.compile(r"\s+")
 #: Where torch's "Failed deserializing node" message starts quoting its cause's traceback.
@@ -27,19 +30,10 @@ _HINTS: tuple[tuple[str, str], ...] = (
         "the module that registers it",
     ),
 )
-#: How allocators word a refused allocation (torch's CPU allocator, glibc, CUDA).
-_ALLOCATION = re.compile(
-    r"can't allocate memory|cannot allocate memory|not enough memory|out of memory", re.IGNORECASE
-)
 
 
 class BridgeFailure(Failure):
     """A coded failure of the bridge: conversion, torch-level checks, safetensors, worker pool."""
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's whole message as one line: no traceback, no newlines, nothing cut."""
-    return _SPACES.sub(" ", str(exc)).strip() or type(exc).__name__
 
 
 def torch_message(exc: BaseException) -> str:
@@ -59,10 +53,3 @@ def torch_message(exc: BaseException) -> str:
     message = "; caused by ".join(parts)
     hints = [hint for marker, hint in _HINTS if marker in message]
     return " ".join([message, *(f"(hint: {hint})" for hint in hints)])
-
-
-def is_allocation_failure(exc: BaseException) -> bool:
-    """Whether an exception reports a refused memory allocation (MemoryError or torch's words)."""
-    return isinstance(exc, MemoryError) or (
-        isinstance(exc, RuntimeError) and _ALLOCATION.search(str(exc)) is not None
-    )

@@ -28,12 +28,15 @@ def job_deserialize_to_pt2(doc_json: bytes, tensors: TensorSource, target: Path)
     _torch_job(doc_json, tensors, target)
 
 
-def job_torch_check(doc_json: bytes, tensors: TensorSource) -> dict[str, Any]:
-    """`torch_check` of a document and its tensors, as `TorchCheck.to_dict()` data."""
+def job_torch_check(doc_json: bytes | Path, tensors: TensorSource) -> dict[str, Any]:
+    """`torch_check` of a document (its bytes, or a file of them) and its tensors, as
+    `TorchCheck.to_dict()` data."""
     return _torch_job(doc_json, tensors, None)
 
 
-def _torch_job(doc_json: bytes, tensors: TensorSource, target: Path | None) -> dict[str, Any]:
+def _torch_job(
+    doc_json: bytes | Path, tensors: TensorSource, target: Path | None
+) -> dict[str, Any]:
     from app.bridge.checks import check_and_build
     from app.bridge.exported import write_built
 
@@ -58,8 +61,8 @@ def _refusal(issues: list[schema.Issue]) -> BridgeFailure:
     return BridgeFailure("torch-deserialize-failed", f"{first.message}{more}", issues)
 
 
-def _document(doc_json: bytes) -> schema.ExportedProgram:
+def _document(doc_json: bytes | Path) -> schema.ExportedProgram:
     try:
-        return schema.load(doc_json)
+        return schema.load(doc_json if isinstance(doc_json, bytes) else doc_json.read_bytes())
     except schema.DocumentInvalid as exc:
         raise BridgeFailure("document-invalid", str(exc), exc.issues) from None

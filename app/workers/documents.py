@@ -1,0 +1,135 @@
+"""The document jobs: torch-free work on an uploaded program, run in the document pool.
+
+Reading a document is where a hostile upload costs memory and time (a 46 MB archive with 100k
+nodes took 1.9 GB to parse), so above `document_inline_bytes` it happens in a worker with its own
+address-space limit and time limit, never in the API process. A job is given the upload's path
+and writes what may be large (canonical bytes, a checked document for torch) to a path it is
+given; it returns only small values. Nothing here imports torch: the workers are spawned fresh
+interpreters (the forkserver belongs to the torch pool and preloads torch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+import schema
+from app import operations as ops
+from app.bridge.sources import TensorSource
+from app.programs.diff import ProgramDiff
+from app.programs.digest import Digests
+from app.programs.findings import Level, Report
+from app.settings import Settings
+from app.workers.pool import LazyPool, PoolSpec
+
+T = TypeVar("T")
+
+#: Imported by each document worker as it starts, so that its first job starts warm.
+IMPORTS: tuple[str, ...] = ("app.workers.documents",)
+
+
+def document_spec(settings: Settings) -> PoolSpec:
+    """The document pool's shape, from the settings (document_*)."""
+    return PoolSpec(
+        kind="document",
+        workers=settings.document_workers,
+        preload=IMPORTS,
+        imports=(),
+        jobs_module=__name__,
+        start_method="spawn",
+        memory_mb=settings.document_worker_memory_mb,
+        job_timeout_s=settings.document_job_timeout_s,
+        job_timeout_base_s=settings.document_job_timeout_base_s,
+        job_timeout_per_mb_s=settings.document_job_timeout_per_mb_s,
+        max_jobs=settings.document_worker_max_jobs,
+        idle_s=settings.document_worker_idle_s,
+        setting_prefix="document_",
+    )
+
+
+class DocumentRunner(LazyPool):
+    """Runs document jobs: in this process for an input of at most `document_inline_bytes`, in
+    the document pool (started by its first job) otherwise."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(document_spec(settings))
+        self.inline_bytes = settings.document_inline_bytes
+
+    def run(self, size: int, job: Any, *args: Any) -> Any:
+        """`job(*args)` for documents of `size` bytes in all, here or in a worker (whose time
+        limit grows with `size`: an archive's file size says little about its documents')."""
+        if size <= self.inline_bytes:
+            return job(*args)
+        return self.submit(job, *args, timeout_s=self.spec.time_limit(size))
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An uploaded program as a job finds it: its file and what it holds."""
+
+    path: Path
+    media: ops.Media
+
+
+def job_canonical(
+    upload: Upload, settings: Settings, model: str | None, target: Path
+) -> tuple[str, Digests]:
+    """Write the canonical bytes of one model to `target`; its name and digests."""
+    with ops.open_source(upload.path, upload.media, settings) as source:
+        result = ops.canonical(source, settings, model)
+    target.write_bytes(result.data)
+    return result.model, result.digests
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A validation report short of torch's check, and what that check needs when it is due."""
+
+    report: Report
+    #: at level torch, for a valid program: the tensors torch checks (None: nothing to check)
+    tensors: TensorSource | None = None
+
+
+def job_check(
+    upload: Upload,
+    settings: Settings,
+    level: Level,
+    model: str | None,
+    weights: Path | None,
+    document: Path,
+) -> Checked:
+    """Every check of one model short of torch's; at level torch, for a valid program, the
+    checked document is written to `document` for the torch job to read."""
+    with ops.open_source(upload.path, upload.media, settings) as source:
+        report = ops.check(source, level, settings, model)
+        if level != "torch" or not report.valid:
+            return Checked(report)
+        name = source.model(model)
+        document.write_bytes(schema.dump(source.checked[name].doc))
+        return Checked(report, ops.weights_from(weights, source, name))
+
+
+def job_inspect(
+    upload: Upload, settings: Settings, request: ops.InspectRequest, model: str | None
+) -> BaseModel:
+    """One view of what is in a program."""
+    with ops.open_source(upload.path, upload.media, settings) as source:
+        return ops.inspect(source, settings, request, model)
+
+
+def job_diff(old: Upload, new: Upload, settings: Settings, model: str | None) -> ProgramDiff:
+    """What changed between one model of two programs."""
+    with (
+        ops.open_source(old.path, old.media, settings) as was,
+        ops.open_source(new.path, new.media, settings) as now,
+    ):
+        return ops.program_diff(was, now, settings, model)
+
+
+def job_compat(upload: Upload, settings: Settings, model: str | None) -> schema.Compat:
+    """Which schema versions and torch releases can read one model's document."""
+    with ops.open_source(upload.path, upload.media, settings) as source:
+        return ops.compat(source, settings, model)

@@ -1,0 +1,432 @@
+"""A pool of worker processes that run jobs for the service, one job at a time each.
+
+One design for every kind of job (torch's, and the torch-free document jobs): a hostile document
+can crash, hang or bloat the process that reads it, so the service runs that work here. Each pool
+has its own `PoolSpec`: how many workers, what they import, how they are started, their
+address-space limit, their job time limits, and when they are recycled. Workers are replaced on
+timeout or death, recycled after a number of jobs, and exit once they have sat idle after a job
+(their slot is refilled when a job needs it). Only our own values cross the process boundary
+(multiprocessing pickles them); uploads reach a worker as the paths of their files, which it
+reads itself, so the service process never holds a program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import multiprocessing
+import multiprocessing.connection
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from app.failure import Failure
+from app.workers.failures import WorkerFailure, one_line
+from app.workers.worker import Job, WorkerConfig, worker_main
+
+MiB = 1024 * 1024
+STARTUP_TIMEOUT_S = 120.0
+_STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What makes one pool what it is; `app.bridge.pool` and `app.workers.documents` build one
+    from the settings."""
+
+    #: "torch" or "document": in process names and messages
+    kind: str
+    workers: int
+    #: modules every worker imports before its first job (a forkserver preloads them, once)
+    preload: tuple[str, ...]
+    #: modules each worker imports after it starts (a forkserver does not share them)
+    imports: tuple[str, ...]
+    #: where a job given by bare name is looked up
+    jobs_module: str
+    #: "forkserver" forks warm workers from a process that preloaded `preload`; "spawn" starts
+    #: fresh interpreters (multiprocessing has one forkserver per process: one pool may use it)
+    start_method: str
+    memory_mb: int
+    #: the ceiling of every job's time limit (0: none)
+    job_timeout_s: float
+    #: a job's time limit is this plus job_timeout_per_mb_s per MiB of its input (0: ceiling)
+    job_timeout_base_s: float
+    job_timeout_per_mb_s: float
+    #: a worker is replaced after this many jobs (0: never)
+    max_jobs: int
+    #: a worker idle this long after a job exits (0: never)
+    idle_s: float
+    #: the settings' prefix of these knobs, to name them in messages ("" or "document_")
+    setting_prefix: str = ""
+    #: the class of the failures the pool raises itself
+    failure: type[Failure] = WorkerFailure
+
+    def time_limit(self, size: int) -> float | None:
+        """The time limit of a job given `size` bytes, before the ceiling (None: the ceiling)."""
+        if self.job_timeout_base_s <= 0:
+            return None
+        return self.job_timeout_base_s + self.job_timeout_per_mb_s * size / MiB
+
+    def config(self) -> WorkerConfig:
+        """What each worker is told at start."""
+        return WorkerConfig(
+            memory_mb=self.memory_mb,
+            memory_setting=f"{self.setting_prefix}worker_memory_mb",
+            imports=(*self.preload, *self.imports),
+            jobs_module=self.jobs_module,
+            parent_death_signal=self.start_method == "forkserver",
+        )
+
+
+class _Slot(enum.Enum):
+    """Queue markers besides workers: a slot whose worker could not be started, a closed pool."""
+
+    VACANT = "vacant"
+    CLOSED = "closed"
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+        self.jobs = 0
+        self.ready = False
+        #: When the worker last went back to the idle queue (time.monotonic()).
+        self.idle_since = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        pid = self.process.pid
+        if pid is None:
+            raise RuntimeError("a worker exists only once its process has started")
+        return pid
+
+
+class WorkerPool:
+    """`spec.workers` processes; `submit` blocks until a worker has run the job."""
+
+    def __init__(self, spec: PoolSpec, *, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        if spec.workers < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {spec.workers}")
+        self.spec = spec
+        self._config = spec.config()
+        self._startup_timeout_s = startup_timeout_s
+        self._ctx = multiprocessing.get_context(spec.start_method)
+        if spec.start_method == "forkserver":
+            # Global to the forkserver, and only read when it first starts; harmless if late.
+            self._ctx.set_forkserver_preload(list(spec.preload))
+        self._lock = threading.Lock()
+        self._idle: queue.Queue[_Worker | _Slot] = queue.Queue()
+        self._workers: set[_Worker] = set()
+        self._busy: set[_Worker] = set()
+        self._closed = False
+        self._stopping = threading.Event()
+        for _ in range(spec.workers):
+            self._idle.put(self._start())
+        if spec.idle_s > 0:
+            threading.Thread(
+                target=self._retire_idle, name=f"pt2serde-{spec.kind}-retirer", daemon=True
+            ).start()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
+        """Run `job(*args)` in a worker, return its result; thread-safe, queues while all are busy.
+
+        `job` is a module-level function or the name of one in the spec's jobs module
+        ("module:name" for others). A Failure the job raises is raised here with its code and
+        issues; a dead worker raises `worker-crashed`, a slow one `worker-timeout`, a MemoryError
+        `worker-out-of-memory`. The job's time limit is `timeout_s`, or else grows with the size
+        of what it is given (job_timeout_base_s plus job_timeout_per_mb_s per MiB of arguments
+        and files); either way job_timeout_s is the ceiling.
+        """
+        timeout = self._timeout(timeout_s if timeout_s is not None else self._scaled(args))
+        payload = self._payload(job, args, timeout)
+        worker = self._take()
+        healthy = False
+        try:
+            self._await_ready(worker)
+            reply = self._exchange(worker, payload, timeout)
+            worker.jobs += 1
+            max_jobs = self.spec.max_jobs
+            healthy = reply[0] != "oom" and (max_jobs <= 0 or worker.jobs < max_jobs)
+        finally:
+            self._give_back(worker, healthy)
+        return self._outcome(reply)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of every live worker."""
+        with self._lock:
+            return sorted(w.pid for w in self._workers)
+
+    def busy_pids(self) -> list[int]:
+        """Process ids of the workers running a job right now."""
+        with self._lock:
+            return sorted(w.pid for w in self._busy)
+
+    def close(self) -> None:
+        """Stop every worker; running jobs fail with `worker-pool-closed`, later submits too."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+            busy = set(self._busy)
+        self._stopping.set()
+        self._idle.put(_Slot.CLOSED)
+        for worker in workers:
+            if worker in busy:
+                # Its submitter owns the pipe: killing the process is enough to wake it.
+                worker.process.kill()
+            else:
+                self._stop(worker, graceful=False)
+
+    def _fail(self, code: str, message: str) -> Failure:
+        return self.spec.failure(code, message)
+
+    def _scaled(self, args: tuple[Any, ...]) -> float | None:
+        size = 0
+        for arg in args:
+            if isinstance(arg, bytes | bytearray | memoryview | str):
+                size += len(arg)
+            elif isinstance(arg, os.PathLike):
+                with contextlib.suppress(OSError):
+                    size += os.path.getsize(arg)
+        return self.spec.time_limit(size)
+
+    def _timeout(self, asked: float | None) -> float | None:
+        ceiling = self.spec.job_timeout_s if self.spec.job_timeout_s > 0 else None
+        if asked is None or asked <= 0:
+            return ceiling
+        return asked if ceiling is None else min(asked, ceiling)
+
+    def _payload(self, job: Job, args: tuple[Any, ...], timeout: float | None) -> memoryview:
+        try:
+            return ForkingPickler.dumps((job, args, timeout))
+        except Exception as exc:
+            raise self._fail("worker-bad-job", f"the job cannot be sent: {one_line(exc)}") from None
+
+    def _closed_failure(self, during: str = "") -> Failure:
+        return self._fail("worker-pool-closed", f"the {self.spec.kind} worker pool {during}")
+
+    def _take(self) -> _Worker:
+        if self._closed:
+            raise self._closed_failure("is closed")
+        item = self._idle.get()
+        if item is _Slot.CLOSED or self._closed:
+            # Pass the wake-up on to the next waiting submitter.
+            self._idle.put(_Slot.CLOSED)
+            if isinstance(item, _Worker):
+                self._stop(item, graceful=False)
+            raise self._closed_failure("is closed")
+        if isinstance(item, _Worker):
+            if item.process.is_alive():
+                return item
+            # Died while idle (killed, OOM-reaped): no job was sent, so replace it silently.
+            self._stop(item, graceful=False)
+        try:
+            return self._start()
+        except Failure:
+            self._idle.put(_Slot.VACANT)
+            raise
+
+    def _start(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(  # type: ignore[attr-defined]
+            target=worker_main,
+            args=(child, self._config),
+            name=f"pt2serde-{self.spec.kind}-worker",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except OSError as exc:
+            parent.close()
+            raise self._fail("worker-start-failed", one_line(exc)) from None
+        finally:
+            child.close()
+        worker = _Worker(process, parent)
+        with self._lock:
+            self._workers.add(worker)
+        return worker
+
+    def _await_ready(self, worker: _Worker) -> None:
+        if worker.ready:
+            return
+        ready = multiprocessing.connection.wait(
+            [worker.conn, worker.process.sentinel], self._startup_timeout_s
+        )
+        message: Any = None
+        if worker.conn in ready:
+            with contextlib.suppress(EOFError, OSError):
+                message = worker.conn.recv()
+        if isinstance(message, tuple) and message[0] == "ready":
+            worker.ready = True
+            return
+        self._stop(worker, graceful=False)
+        if isinstance(message, tuple) and message[0] == "failed":
+            raise self._fail("worker-start-failed", message[1])
+        if not ready:
+            raise self._fail(
+                "worker-start-failed", f"the worker did not start within {self._startup_timeout_s}s"
+            )
+        raise self._fail("worker-start-failed", f"the worker {_death(worker)} while starting")
+
+    def _exchange(
+        self, worker: _Worker, payload: memoryview, timeout: float | None
+    ) -> tuple[Any, ...]:
+        with self._lock:
+            self._busy.add(worker)
+        try:
+            return self._roundtrip(worker, payload, timeout)
+        finally:
+            with self._lock:
+                self._busy.discard(worker)
+
+    def _roundtrip(
+        self, worker: _Worker, payload: memoryview, timeout: float | None
+    ) -> tuple[Any, ...]:
+        try:
+            worker.conn.send_bytes(payload)
+            ready = multiprocessing.connection.wait([worker.conn, worker.process.sentinel], timeout)
+            if worker.conn in ready:
+                reply: tuple[Any, ...] = worker.conn.recv()
+                return reply
+        except (EOFError, OSError):
+            ready = [worker.process.sentinel]
+        except Exception as exc:
+            self._stop(worker, graceful=False)
+            raise self._fail("worker-crashed", f"unreadable reply: {one_line(exc)}") from None
+        self._stop(worker, graceful=False)
+        if self._closed:
+            raise self._closed_failure("was closed during the job")
+        if not ready:
+            ceiling = f"{self.spec.setting_prefix}job_timeout_s={self.spec.job_timeout_s}"
+            raise self._fail(
+                "worker-timeout",
+                f"the job ran past its time limit of {timeout}s ({ceiling}) and was killed",
+            )
+        raise self._fail(
+            "worker-crashed", f"the worker (pid {worker.pid}) {_death(worker)} during the job"
+        )
+
+    def _give_back(self, worker: _Worker, healthy: bool) -> None:
+        if healthy and not self._closed:
+            worker.idle_since = time.monotonic()
+            self._idle.put(worker)
+            return
+        self._stop(worker, graceful=True)
+        if self._closed:
+            self._idle.put(_Slot.CLOSED)
+            return
+        try:
+            self._idle.put(self._start())
+        except Failure:
+            self._idle.put(_Slot.VACANT)
+
+    def _retire_idle(self) -> None:
+        """Stop workers idle past idle_s since their last job; their slots start vacant."""
+        idle_s = self.spec.idle_s
+        while not self._stopping.wait(min(idle_s / 2, 30.0)):
+            for worker in self._take_stale(time.monotonic() - idle_s):
+                self._stop(worker, graceful=True)
+
+    def _take_stale(self, cutoff: float) -> list[_Worker]:
+        """Swap the idle workers that ran a job and went idle before `cutoff` for vacant slots."""
+        items: list[_Worker | _Slot] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                items.append(self._idle.get_nowait())
+        stale = [
+            item
+            for item in items
+            if isinstance(item, _Worker) and item.jobs > 0 and item.idle_since <= cutoff
+        ]
+        # A submitter waiting meanwhile takes the first item put back.
+        for item in items:
+            self._idle.put(_Slot.VACANT if item in stale else item)
+        return stale
+
+    def _stop(self, worker: _Worker, *, graceful: bool) -> None:
+        process = worker.process
+        if graceful and process.is_alive():
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+            process.join(_STOP_GRACE_S)
+        if process.is_alive():
+            process.kill()
+        process.join()
+        worker.conn.close()
+        with self._lock:
+            self._workers.discard(worker)
+
+    def _outcome(self, reply: tuple[Any, ...]) -> Any:
+        status = reply[0]
+        if status == "ok":
+            return reply[1]
+        if status == "failure":
+            cls, code, message, issues = reply[1:]
+            if not (isinstance(cls, type) and issubclass(cls, Failure)):
+                cls = self.spec.failure
+            failure = cls.__new__(cls)
+            Failure.__init__(failure, code, message, issues)
+            raise failure
+        if status == "oom":
+            raise self._fail("worker-out-of-memory", f"the job ran out of memory: {reply[1]}")
+        raise self._fail("worker-job-failed", f"{reply[1]}: {reply[2]}")
+
+
+def _death(worker: _Worker) -> str:
+    code = worker.process.exitcode
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class LazyPool:
+    """A pool started by its first job (most HTTP processes of a small deployment never need
+    one of them), stopped by `close`."""
+
+    def __init__(self, spec: PoolSpec) -> None:
+        self.spec = spec
+        self._pool: WorkerPool | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> WorkerPool:
+        """The pool, starting it on first use."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = self._make()
+            return self._pool
+
+    def _make(self) -> WorkerPool:
+        return WorkerPool(self.spec)
+
+    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
+        """Run a job in a worker (see WorkerPool.submit)."""
+        return self.get().submit(job, *args, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        """Stop the workers, if they were started."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
