@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import orjson
 import pytest
+import yaml
 
 import schema
+from app.programs.validation import schema_floor
+from schema.compat import newest_used, used_features
 from schema.jsonschema import description_json_schema
 from tests.programs import PROGRAM_NAMES
 
@@ -171,3 +176,105 @@ def test_fields_at_their_default_do_not_count(zoo_json: dict[str, bytes]) -> Non
 def test_compat_refuses_invalid_documents() -> None:
     with pytest.raises(schema.DocumentInvalid):
         schema.compat(b'{"schema_version": {"major": 8, "minor": 20}}')
+
+
+# ---------------------------------------------------------------- the newest version used
+
+
+def _yaml_default(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # torch writes a str field's default bare (`<=2.4`)
+
+
+@cache
+def _first_seen(history_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every ``Type.field``, ``Union.arm`` and ``Enum.VALUE`` of torch's schema.yaml files, with
+    the oldest schema version whose file has it."""
+    seen: dict[str, tuple[int, int]] = {}
+    for path in history_dir.glob("torch-*.schema.yaml"):
+        ref = yaml.safe_load(path.read_text())
+        major, minor = ref["SCHEMA_VERSION"]
+        version = (int(major), int(minor))
+        for name, spec in ref.items():
+            for field in spec["fields"] if isinstance(spec, dict) else ():
+                key = f"{name}.{field}"
+                seen[key] = min(seen.get(key, version), version)
+    return seen
+
+
+def _wire_features(types: dict[str, Any], type_: str, value: Any, found: set[str]) -> None:
+    """The features a wire value uses, read off torch's description: struct fields present and
+    not at their default, union arms, enum values."""
+    if value is None or type_ in ("int", "float", "str", "bool"):
+        return
+    for wrapper in ("Optional[", "List["):
+        if type_.startswith(wrapper):
+            inner = type_[len(wrapper) : -1]
+            for item in value if wrapper == "List[" else [value]:
+                _wire_features(types, inner, item, found)
+            return
+    if type_.startswith("Dict[str, "):
+        for item in value.values():
+            _wire_features(types, type_[len("Dict[str, ") : -1], item, found)
+        return
+    spec = types[type_]
+    if spec["kind"] == "enum":
+        [member] = [k for k, v in spec["fields"].items() if v == value]
+        found.add(f"{type_}.{member}")
+        return
+    for key, item in value.items():
+        field = spec["fields"][key]
+        if spec["kind"] == "struct" and "default" in field:
+            if item == _yaml_default(field["default"]):
+                continue
+        found.add(f"{type_}.{key}")
+        _wire_features(types, field["type"], item, found)
+
+
+def _floor_cases(zoo_json: dict[str, bytes]) -> list[tuple[str, bytes]]:
+    """The zoo, and variants of two programs reaching back to 8.2 features and up to 8.20's."""
+    cases = [(name, zoo_json[name]) for name in PROGRAM_NAMES]
+    for name in ("cond", "dynamic"):
+        tree = orjson.loads(zoo_json[name])
+        graph = tree["graph_module"]["graph"]
+        for node in graph["nodes"]:
+            node["name"] = None  # 8.17
+        cases.append((f"{name}-unnamed", orjson.dumps(tree)))
+        tree["guards_code"] = []  # 8.14
+        cases.append((f"{name}-unguarded", orjson.dumps(tree)))
+        for node in graph["nodes"]:
+            for named in node["inputs"]:
+                named["kind"] = None  # 8.7
+        cases.append((f"{name}-bare", orjson.dumps(tree)))
+        first = next(iter(graph["tensor_values"]))
+        graph["tensor_values"][first]["dtype"] = schema.ScalarType.UINT64.value
+        arg = {"as_float_lists": [[1.0, 2.5]]}
+        graph["nodes"][0]["inputs"].append({"name": "extra", "arg": arg, "kind": 2})
+        cases.append((f"{name}-newer", orjson.dumps(tree)))
+    return cases
+
+
+def test_newest_used_version_follows_torchs_history(
+    zoo_json: dict[str, bytes], history_dir: Path
+) -> None:
+    installed = yaml.safe_load((history_dir / "torch-2.13.0.schema.yaml").read_text())
+    assert tuple(installed["SCHEMA_VERSION"]) == schema.CURRENT
+    seen = _first_seen(history_dir)
+    floors = set()
+    for name, raw in _floor_cases(zoo_json):
+        doc = schema.load(raw, schema.ExportedProgram)
+        wire: set[str] = set()
+        _wire_features(installed, "ExportedProgram", orjson.loads(raw), wire)
+        used = used_features(doc)
+        assert set(used) == wire, name
+        assert all(schema.parse_version(v) == seen[f] for f, v in schema.compat(doc).features)
+        expected = max(seen[f] for f in wire)
+        assert newest_used(doc) == expected, name
+        assert schema_floor(doc) == max(expected, (8, 2)), name
+        assert schema.compat(doc).min_version == schema.format_version(schema_floor(doc)), name
+        floors.add(expected)
+    # the cases reach from 8.2 documents to the newest features
+    assert {(8, 7), (8, 14), (8, 17), (8, 20)} <= floors
+    assert min(floors) <= (8, 2)
