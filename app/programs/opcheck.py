@@ -111,8 +111,7 @@ def _call(
     positional: list[int] = []
     for j, named in enumerate(node.inputs):
         where = f"{at}/inputs/{j}"
-        argument = by_name.get(named.name)
-        if argument is None:
+        if named.name not in by_name:
             found.add(
                 "argument-unknown",
                 "error",
@@ -120,28 +119,13 @@ def _call(
                 f"{node.target} has no argument {named.name!r} "
                 f"(it has {', '.join(by_name) or 'none'})",
             )
-            continue
-        if named.name in given:
+        elif named.name in given:
             found.add("argument-repeated", "error", f"{where}/name", f"{named.name!r} given twice")
-            continue
-        given.add(named.name)
-        if named.kind == schema.ArgumentKind.POSITIONAL:
-            positional.append(index[named.name])
-            if argument.kwarg_only:
-                found.add(
-                    "argument-position",
-                    "error",
-                    f"{where}/kind",
-                    f"{named.name!r} of {node.target} is keyword-only, given by position",
-                )
-        accepted = accepted_arms(argument.type, numbers_as_tensors=op.numbers_as_tensors)
-        if accepted is not None and named.arg.kind not in accepted:
-            found.add(
-                "argument-kind",
-                "error",
-                f"{where}/arg",
-                f"{named.name!r} of {node.target} is {argument.type}, given as {named.arg.kind}",
-            )
+        else:
+            given.add(named.name)
+            if named.kind == schema.ArgumentKind.POSITIONAL:
+                positional.append(index[named.name])
+            _argument(node, named, by_name[named.name], op, where, found)
     if sorted(positional) != list(range(len(positional))):
         # torch passes positional arguments in the order given: a gap shifts the ones after it
         found.add(
@@ -158,6 +142,32 @@ def _call(
                 f"{at}/inputs",
                 f"{node.target} needs argument {argument.name!r} ({argument.type})",
             )
+
+
+def _argument(
+    node: schema.Node,
+    named: schema.NamedArgument,
+    argument: opset.OpArgument,
+    op: opset.OpSchema,
+    where: str,
+    found: FindingList,
+) -> None:
+    """One named argument against its place in the schema: keyword-only, and the wire arm."""
+    if named.kind == schema.ArgumentKind.POSITIONAL and argument.kwarg_only:
+        found.add(
+            "argument-position",
+            "error",
+            f"{where}/kind",
+            f"{named.name!r} of {node.target} is keyword-only, given by position",
+        )
+    accepted = accepted_arms(argument.type, numbers_as_tensors=op.numbers_as_tensors)
+    if accepted is not None and named.arg.kind not in accepted:
+        found.add(
+            "argument-kind",
+            "error",
+            f"{where}/arg",
+            f"{named.name!r} of {node.target} is {argument.type}, given as {named.arg.kind}",
+        )
 
 
 def _unknown(namespace: str, name: str, overload: str) -> str:
