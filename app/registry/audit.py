@@ -25,7 +25,7 @@ from sqlalchemy import (
     select,
 )
 
-from app.registry.db import metadata, now, utc
+from app.registry.db import Database, metadata, now, utc
 
 Action = Literal[
     "version.push",
@@ -144,7 +144,7 @@ class AuditQuery:
     limit: int = 100
 
 
-def entries(conn: Connection, query: AuditQuery) -> AuditPage:
+def entries(db: Database, query: AuditQuery) -> AuditPage:
     """A page of audit rows matching the query, newest first."""
     statement = select(audit_log).order_by(audit_log.c.id.desc()).limit(query.limit + 1)
     conditions = [
@@ -161,6 +161,7 @@ def entries(conn: Connection, query: AuditQuery) -> AuditPage:
         statement = statement.where(audit_log.c.at < query.until)
     if query.before is not None:
         statement = statement.where(audit_log.c.id < query.before)
-    rows = list(conn.execute(statement))
+    with db.read() as conn:
+        rows = list(conn.execute(statement))
     page = [AuditEntry(**{**row._mapping, "at": utc(row.at)}) for row in rows[: query.limit]]
     return AuditPage(entries=page, next=page[-1].id if len(rows) > query.limit else None)

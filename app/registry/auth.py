@@ -31,14 +31,16 @@ from sqlalchemy import (
     Table,
     delete,
     insert,
+    or_,
     select,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.registry.audit import Actor, Change, record
-from app.registry.db import Database, metadata, now, utc
+from app.registry.db import Database, metadata, models, now, utc, versions
 from app.registry.errors import RegistryFailure
+from app.settings import Settings
 
 Level = Literal["none", "read", "write", "manage"]
 LEVELS: tuple[Level, ...] = get_args(Level)
@@ -74,6 +76,37 @@ model_permissions = Table(
     Column("level", String(8), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+
+#: a bootstrap admin token shorter than this is refused (no guessable default, unlike a password).
+MIN_ADMIN_TOKEN = 32
+
+
+def admin_secret(settings: Settings) -> str | None:
+    """The bootstrap admin token (PT2SERDE_ADMIN_TOKEN or the file PT2SERDE_ADMIN_TOKEN_FILE
+    names), None if neither is set; ValueError (one line) if it is unreadable or too short."""
+    secret = settings.admin_token.get_secret_value()
+    if settings.admin_token_file is not None:
+        try:
+            secret = settings.admin_token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"PT2SERDE_ADMIN_TOKEN_FILE cannot be read: {error}") from None
+    if not secret:
+        return None
+    if len(secret) < MIN_ADMIN_TOKEN:
+        raise ValueError(
+            f"the admin token must be {MIN_ADMIN_TOKEN} characters or more, got {len(secret)}"
+        )
+    return secret
+
+
+def auth_configured(settings: Settings) -> bool:
+    """Whether any way to authenticate is configured (then every registry call needs one)."""
+    return bool(
+        settings.admin_token.get_secret_value()
+        or settings.admin_token_file
+        or settings.identity_header
+    )
 
 
 class AccessFailure(RegistryFailure):
@@ -296,6 +329,26 @@ class Access:
             return set(names)
         with self.db.read() as conn:
             return {n for n in names if at_least(self._level(conn, identity, n), "read")}
+
+    def ensure_blob(self, identity: Identity, digest: str) -> None:
+        """403 unless `identity` may read a model a live version of which refers to the blob
+        (an unknown digest passes: the blob lookup answers it as not found)."""
+        if identity.admin:
+            return
+        with self.db.read() as conn:
+            names = list(
+                conn.execute(
+                    select(models.c.name)
+                    .join(versions, versions.c.model_id == models.c.id)
+                    .where(
+                        or_(versions.c.archive_digest == digest, versions.c.graph_digest == digest),
+                        versions.c.deleted_at.is_(None),
+                    )
+                    .distinct()
+                ).scalars()
+            )
+            if names and not any(at_least(self._level(conn, identity, n), "read") for n in names):
+                raise AccessFailure("forbidden", f"{identity.principal} may not read that blob")
 
     def grants(self, model: str) -> list[Grant]:
         """A model's grants, by principal."""
