@@ -1,0 +1,158 @@
+"""Document work through the HTTP layer: uploads over document_inline_bytes are worked on in the
+document pool with the library's answers, and admission control answers 503 service-busy with
+Retry-After when the budget and its queue are full."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from app import operations as ops
+from app.main import create_app
+from app.settings import Settings
+from app.workers.admission import Admission
+from app.workers.documents import DocumentRunner
+from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
+
+ZIP = {"Content-Type": "application/zip"}
+#: every upload goes to a document worker
+IN_WORKERS = Settings(document_inline_bytes=0, document_workers=1, workers=1)
+
+
+@pytest.fixture(scope="module")
+def archive(zoo: dict[str, ZooProgram]) -> bytes:
+    return archive_bytes(zoo[PROGRAM_NAMES[0]].ep)
+
+
+@pytest.fixture(scope="module")
+def in_workers() -> Iterator[TestClient]:
+    with TestClient(create_app(IN_WORKERS)) as client:
+        yield client
+
+
+def _runner(client: TestClient) -> DocumentRunner:
+    app = client.app
+    assert isinstance(app, FastAPI)
+    runner: DocumentRunner = app.state.documents
+    return runner
+
+
+def _admission(client: TestClient) -> Admission:
+    app = client.app
+    assert isinstance(app, FastAPI)
+    admission: Admission = app.state.admission
+    return admission
+
+
+def test_uploads_over_the_threshold_are_read_in_a_document_worker(
+    in_workers: TestClient, archive: bytes
+) -> None:
+    answer = in_workers.post("/v1/canonicalize", content=archive, headers=ZIP)
+    assert answer.status_code == 200, answer.text
+    with ops.open_source(archive, "zip", IN_WORKERS) as source:
+        expected = ops.canonical(source, IN_WORKERS)
+    assert answer.content == expected.data
+    assert answer.headers["X-Program-Digest"] == expected.digests.program
+    assert answer.headers["ETag"] == f'"{expected.digests.program}"'
+    assert _runner(in_workers).get().worker_pids()  # the pool was started for it
+    for level in ("schema", "semantic"):
+        report = in_workers.post(
+            "/v1/validate", params={"level": level}, content=archive, headers=ZIP
+        )
+        assert report.status_code == 200, report.text
+        with ops.open_source(archive, "zip", IN_WORKERS) as source:
+            library = ops.validate(source, level, IN_WORKERS, None)
+        assert report.json() == orjson.loads(library.model_dump_json())
+
+
+def test_inspect_diff_and_compat_in_a_document_worker(
+    in_workers: TestClient, archive: bytes
+) -> None:
+    inspected = in_workers.post(
+        "/v1/inspect", params={"view": "operators"}, content=archive, headers=ZIP
+    )
+    assert inspected.status_code == 200, inspected.text
+    assert inspected.json()["view"] == "operators"
+    files = {
+        "old": ("a.pt2", archive, "application/zip"),
+        "new": ("b.pt2", archive, "application/zip"),
+    }
+    diffed = in_workers.post("/v1/diff", files=files)
+    assert diffed.status_code == 200, diffed.text
+    with (
+        ops.open_source(archive, "zip", IN_WORKERS) as was,
+        ops.open_source(archive, "zip", IN_WORKERS) as now,
+    ):
+        assert diffed.json() == orjson.loads(
+            ops.program_diff(was, now, IN_WORKERS).model_dump_json()
+        )
+    compat = in_workers.post("/v1/compat", content=archive, headers=ZIP)
+    assert compat.status_code == 200, compat.text
+    assert compat.json()["min_version"]
+
+
+def test_torch_level_reads_the_document_the_document_worker_checked(
+    in_workers: TestClient, archive: bytes
+) -> None:
+    report = in_workers.post(
+        "/v1/validate", params={"level": "torch"}, content=archive, headers=ZIP
+    )
+    assert report.status_code == 200, report.text
+    body = report.json()
+    assert body["valid"], body
+    assert "torch" not in body["unchecked"]
+
+
+def test_past_the_budget_and_its_queue_the_answer_is_503_with_retry_after(
+    archive: bytes,
+) -> None:
+    settings = Settings(admission_budget_mb=64, admission_queue=0, admission_retry_after_s=3)
+    with TestClient(create_app(settings)) as client:
+        admission = _admission(client)
+        admission.in_flight = admission.budget  # as if large work were in flight
+        answer = client.post(
+            "/v1/validate", params={"level": "schema"}, content=archive, headers=ZIP
+        )
+        assert answer.status_code == 503
+        assert answer.headers["Retry-After"] == "3"
+        assert answer.headers["Content-Type"] == "application/problem+json"
+        assert answer.json()["code"] == "service-busy"
+        admission.in_flight = 0
+        again = client.post(
+            "/v1/validate", params={"level": "schema"}, content=archive, headers=ZIP
+        )
+        assert again.status_code == 200, again.text
+        assert admission.in_flight == 0  # given back once the route returned
+
+
+def test_a_request_waits_in_the_queue_until_the_budget_frees(archive: bytes) -> None:
+    settings = Settings(admission_budget_mb=64, admission_queue=1, admission_wait_s=30)
+    with TestClient(create_app(settings)) as client:
+        admission = _admission(client)
+        held = admission.budget
+        admission.in_flight = held
+        answers: list[int] = []
+
+        def send() -> None:
+            answer = client.post("/v1/compat", content=archive, headers=ZIP)
+            answers.append(answer.status_code)
+
+        waiting = threading.Thread(target=send)
+        waiting.start()
+        deadline = time.monotonic() + 30
+        while admission.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert admission.waiting == 1
+        assert answers == []
+        # the queue (of one) is full: the next request is refused at once
+        busy = client.post("/v1/compat", content=archive, headers=ZIP)
+        assert busy.status_code == 503
+        admission._release(held)  # the work in flight ends
+        waiting.join(30)
+        assert answers == [200]

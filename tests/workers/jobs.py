@@ -1,0 +1,39 @@
+"""Jobs the worker tests submit; they run inside worker processes and import no torch."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def modules() -> tuple[int, bool, bool]:
+    """The worker's pid, whether torch is imported in it, and whether its preload is."""
+    return os.getpid(), "torch" in sys.modules, "app.workers.documents" in sys.modules
+
+
+def pid() -> int:
+    """The worker's pid."""
+    return os.getpid()
+
+
+def sleep(seconds: float, marker: str = "") -> int:
+    """Say it started (by writing `marker`, if given), sleep, return the worker's pid."""
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def spin(seconds: float) -> int:
+    """Hold the CPU (and the GIL) for `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return os.getpid()
+
+
+def allocate(size: int) -> int:
+    """Allocate `size` bytes: MemoryError past the address-space limit."""
+    return len(bytearray(size))

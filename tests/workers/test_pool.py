@@ -1,0 +1,214 @@
+"""The one pool design, as the document pool uses it: jobs, no torch, recycling, time and memory
+limits, workers that end themselves; and the torch pool built on the same design."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+
+import pytest
+
+from app import operations as ops
+from app.bridge.pool import WorkerPool as TorchPool
+from app.bridge.pool import torch_spec
+from app.failure import Failure
+from app.settings import MiB, Settings
+from app.workers import documents as document_jobs
+from app.workers import worker
+from app.workers.documents import DocumentRunner, document_spec
+from app.workers.pool import WorkerPool
+from tests.conftest import ROOT
+from tests.programs import PROGRAM_NAMES
+from tests.workers import jobs
+from tests.workers.conftest import spec
+
+
+def _failure(pool: WorkerPool, job: object, *args: object) -> Failure:
+    with pytest.raises(Failure) as caught:
+        pool.submit(job, *args)  # type: ignore[arg-type]
+    return caught.value
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_document_workers_never_import_torch(documents: WorkerPool) -> None:
+    pid, torch_loaded, preloaded = documents.submit("modules")
+    assert pid != os.getpid()
+    assert pid in documents.worker_pids()
+    assert preloaded  # the document jobs module, and with it every torch-free layer
+    assert not torch_loaded
+
+
+def test_a_document_job_in_a_worker_reads_no_torch(
+    documents: WorkerPool, tmp_path: Path, zoo_json: dict[str, bytes]
+) -> None:
+    path = tmp_path / "doc.json"
+    path.write_bytes(zoo_json[PROGRAM_NAMES[0]])
+    upload = document_jobs.Upload(path, "json")
+    out = tmp_path / "out"
+    name, digests = documents.submit(document_jobs.job_canonical, upload, Settings(), None, out)
+    with ops.open_source(path, "json", Settings()) as source:
+        expected = ops.canonical(source, Settings())
+    assert (name, digests) == (expected.model, expected.digests)
+    assert out.read_bytes() == expected.data
+    assert documents.submit("modules")[1] is False
+
+
+def test_the_torch_pool_is_the_same_design_with_torch() -> None:
+    """Its workers at work: tests/bridge/test_pool.py."""
+    settings = Settings(workers=3, worker_imports=("tests.bridge.zoo_ops",), worker_max_jobs=7)
+    torch = torch_spec(settings)
+    assert issubclass(TorchPool, WorkerPool)
+    assert (torch.kind, torch.start_method, torch.workers, torch.max_jobs) == (
+        "torch",
+        "forkserver",
+        3,
+        7,
+    )
+    # torch is preloaded once by the forkserver; a deployment's own imports stay per pool
+    assert "torch" in torch.preload
+    assert torch.imports == ("tests.bridge.zoo_ops",)
+    assert torch.config().parent_death_signal
+    documents = document_spec(settings)
+    assert documents.start_method == "spawn"
+    assert not documents.config().parent_death_signal
+    assert not any(name.startswith("torch") for name in documents.preload)
+
+
+def test_workers_are_recycled_after_max_jobs(bare: WorkerPool) -> None:
+    pids = [bare.submit("pid") for _ in range(5)]
+    assert len(set(pids)) >= 2
+    assert max(pids.count(pid) for pid in pids) <= 2
+    runs = [pid for i, pid in enumerate(pids) if i == 0 or pids[i - 1] != pid]
+    assert len(runs) == len(set(runs)), "a replaced worker came back"
+
+
+def test_timeout_kills_the_job_and_the_next_job_runs(bare: WorkerPool) -> None:
+    bare.submit("pid")  # a started worker: its start-up is not the job's time
+    [pid] = bare.worker_pids()
+    started = time.monotonic()
+    with pytest.raises(Failure) as caught:
+        bare.submit("sleep", 30, timeout_s=1.0)
+    assert caught.value.code == "worker-timeout"
+    assert "ran past its time limit of 1.0s (document_job_timeout_s=" in caught.value.message
+    assert time.monotonic() - started < 5
+    assert _gone(pid, 2)
+    assert bare.submit("pid") != pid
+
+
+def test_time_limit_grows_with_size_up_to_the_ceiling() -> None:
+    limits = spec(job_timeout_s=60, job_timeout_base_s=2, job_timeout_per_mb_s=4)
+    assert limits.time_limit(0) == 2
+    assert limits.time_limit(10 * MiB) == 42
+    assert spec(job_timeout_base_s=0).time_limit(MiB) is None  # the ceiling, always
+    with WorkerPool(dataclasses.replace(limits, preload=())) as pool:
+        pool.submit("pid")
+        # a job given next to nothing (one small int) gets the base 2 s, not the 60 s ceiling
+        started = time.monotonic()
+        assert _failure(pool, "sleep", 60).code == "worker-timeout"
+        assert time.monotonic() - started < 10
+
+
+def test_memory_limit_refuses_the_allocation_and_replaces_the_worker(bare: WorkerPool) -> None:
+    before = bare.submit("pid")
+    failure = _failure(bare, "allocate", 2048 * MiB)
+    assert failure.code == "worker-out-of-memory"
+    assert before not in bare.worker_pids()
+    assert bare.submit("allocate", MiB) == MiB
+
+
+def test_a_limit_below_the_footprint_fails_to_start() -> None:
+    with WorkerPool(spec(workers=1, preload=(), memory_mb=8)) as pool:
+        failure = _failure(pool, "pid")
+    assert failure.code == "worker-start-failed"
+    assert "document_worker_memory_mb=8 is below the worker's footprint" in failure.message
+
+
+def test_a_worker_ends_a_job_past_its_deadline_by_itself() -> None:
+    """The pool is not there to kill it (as when the API process died): the worker's own watch
+    ends it shortly after its job's time limit."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    config = spec(preload=()).config()
+    process = ctx.Process(target=worker.worker_main, args=(child, config), daemon=True)
+    process.start()
+    child.close()
+    assert parent.recv() == ("ready",)
+    started = time.monotonic()
+    parent.send_bytes(ForkingPickler.dumps((jobs.spin, (120,), 0.5)))
+    process.join(30)
+    took = time.monotonic() - started
+    assert process.exitcode is not None, "the worker ran on past its deadline"
+    assert took < 0.5 + worker.SELF_KILL_GRACE_S + 2
+    parent.close()
+
+
+#: A document pool in a process of its own: one busy worker, one idle; prints their pids and
+#: blocks in submit.
+POOL_SCRIPT = """
+import sys
+from app.workers.pool import WorkerPool
+from tests.workers.conftest import spec
+
+pool = WorkerPool(spec(workers=2, preload=(), idle_s=0))
+pool.submit("pid")
+print(*pool.worker_pids(), flush=True)
+pool.submit("sleep", 120, sys.argv[1])
+"""
+
+
+def test_workers_die_with_the_process_of_their_pool(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", POOL_SCRIPT, str(marker)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert owner.stdout is not None
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2, pids
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists()
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(10)
+        # the busy one by its watch (parent gone, pipe closed), the idle one by its pipe's end
+        assert all(_gone(pid, 5) for pid in pids), pids
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+
+
+def test_small_inputs_stay_in_process_large_ones_go_to_a_worker() -> None:
+    runner = DocumentRunner(Settings(document_workers=1, document_inline_bytes=100))
+    try:
+        assert runner.run(100, jobs.pid) == os.getpid()
+        assert runner.run(101, jobs.pid) != os.getpid()
+    finally:
+        runner.close()
