@@ -317,27 +317,29 @@ def canonical(source: Source, settings: Settings, model: str | None = None) -> C
 
 
 def _weights_digest(source: Source, model: str) -> str:
+    return weights_digest(tensor_digests(source, model).items())
+
+
+def tensor_digests(source: Source, model: str | None = None) -> dict[str, str]:
+    """The digest of each tensor the model's archive stores (by FQN, in name order): what its
+    weights digest is built from. A bare document stores none; pickled tensors are left out."""
     archive = source.archive
-    items: list[tuple[str, str]] = []
+    model = source.model(model)
+    items: dict[str, str] = {}
     if archive is not None:
         for fqn, full in sorted(source.tensor_names(model).items()):
             entry = archive.tensors[full]
             if entry.use_pickle or entry.meta is None:
                 continue
             meta = entry.meta
-            items.append(
-                (
-                    fqn,
-                    tensor_digest(
-                        int(meta.dtype),
-                        [_concrete(s) for s in meta.sizes],
-                        [_concrete(s) for s in meta.strides],
-                        _concrete(meta.storage_offset),
-                        archive.iter_tensor(full),
-                    ),
-                )
+            items[fqn] = tensor_digest(
+                int(meta.dtype),
+                [_concrete(s) for s in meta.sizes],
+                [_concrete(s) for s in meta.strides],
+                _concrete(meta.storage_offset),
+                archive.iter_tensor(full),
             )
-    return weights_digest(items)
+    return items
 
 
 def _concrete(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int:

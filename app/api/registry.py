@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
 from app import operations as ops
+from app.api import graphs
 from app.api.deps import PoolDep, SettingsDep
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
@@ -191,6 +192,7 @@ def push_version(
     pool: PoolDep,
     registry: RegistryDep,
     response: Response,
+    background: BackgroundTasks,
     model: str | None = None,
 ) -> PushedVersion:
     """Upload a .pt2 (validated at level torch; refused with the report's errors if invalid).
@@ -203,6 +205,8 @@ def push_version(
     info = pushed.version
     response.status_code = 201 if pushed.created else 200
     response.headers["Location"] = f"/v1/models/{name}/versions/{info.version}"
+    # its graph is built once the push has answered, so that its first view is served ready
+    background.add_task(graphs.warm, registry, name, info.version)
     return PushedVersion(**info.model_dump(), warnings=pushed.warnings)
 
 

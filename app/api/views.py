@@ -6,17 +6,18 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 from app import operations as ops
 from app.api.deps import InspectDep, SettingsDep, UploadDep
 from app.api.docs import READ_PROBLEMS, request_body
+from app.api.graphs import graph_bytes, version_graph_file
 from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
-from app.programs.inspect.graph_view import ProgramGraph, SymbolRange, program_graph, symbol_ranges
-from app.programs.inspect.registry import InspectAnswer, answer
 from app.programs.findings import Report
+from app.programs.inspect.graph_view import ProgramGraph, SymbolRange, symbol_ranges
+from app.programs.inspect.registry import InspectAnswer, answer
 
 router = APIRouter(prefix="/v1", tags=["views"])
 
@@ -37,9 +38,8 @@ _GRAPH_DOC: dict[int | str, dict[str, Any]] = {
 
 
 def _graph_response(source: ops.Source, settings: SettingsDep, model: str | None) -> Response:
-    document = ops.read_document(source, model, settings)
     # Built and dumped in one go: response_model would validate 50,000-entry columns again.
-    return Response(program_graph(document.doc).model_dump_json(), media_type=_JSON)
+    return Response(graph_bytes(source, settings, model), media_type=_JSON)
 
 
 def _matches(header: str | None, etag: str) -> bool:
@@ -55,23 +55,19 @@ def _matches(header: str | None, etag: str) -> bool:
         **problem_responses(*_VERSION_PROBLEMS, *_GRAPH_PROBLEMS),
     },
 )
-def version_graph(
-    name: str, ref: str, request: Request, registry: RegistryDep, settings: SettingsDep
-) -> Response:
+def version_graph(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
     """A stored version's graph: its module tree, every node (subgraphs' too) with operator,
     module and first output's dtype and shape, its graphs and its symbols' ranges. The ETag
     names the archive it is built from, so a client that has it revalidates for nothing."""
     info = registry.version(name, ref)
-    # Building a large program's graph takes seconds; the archive digest covers every byte it
-    # is built from, so an unchanged ETag means an unchanged answer.
+    # The archive digest covers every byte the answer is built from (and names its file, built
+    # once: app.api.graphs), so an unchanged ETag means an unchanged answer.
     etag = f'"graph-{info.digests.archive}"'
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     if info.deleted_at is None and _matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
-    with registry.source(name, str(info.version)) as (found, source):
-        response = _graph_response(source, settings, found.archive_model)
-    response.headers.update(headers)
-    return response
+    path = version_graph_file(registry, name, str(info.version))
+    return FileResponse(path, media_type=_JSON, headers=headers)
 
 
 @router.post(
@@ -111,6 +107,26 @@ def version_inspect(
     with registry.source(name, ref) as (info, source):
         result = ops.inspect(source, settings, request, info.archive_model)
     return answer(request.view, result)
+
+
+class TensorDigest(BaseModel):
+    """A stored tensor's digest: sha256 of its dtype, shape, strides and bytes."""
+
+    name: str
+    digest: str
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/tensors",
+    response_model=list[TensorDigest],
+    responses=problem_responses(*_VERSION_PROBLEMS),
+)
+def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[TensorDigest]:
+    """The digest of each tensor a stored version holds, by name: the entries its weights
+    digest is built from (`app.programs.digest`)."""
+    with registry.source(name, ref) as (info, source):
+        found = ops.tensor_digests(source, info.archive_model)
+    return [TensorDigest(name=fqn, digest=digest) for fqn, digest in found.items()]
 
 
 @router.get(

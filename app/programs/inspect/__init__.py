@@ -11,7 +11,9 @@
 - `weights`: weights by kind and dtype, and the quantization parameters the graph carries.
 
 Every view takes a validated `schema.ExportedProgram` and returns pydantic models; bad input
-raises `InspectFailure` with a stable code.
+raises `InspectFailure` with a stable code. The views the API and the command line offer are
+the modules of `app.programs.inspect.views`, gathered by `app.programs.inspect.registry`;
+`graph_view` is the web UI's graph answer.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from app.failure import Failure
@@ -190,6 +191,8 @@ _CLASS_REPR = re.compile(r"^<class '(.+)'>$")
 
 def _split_entry(text: str) -> list[str]:
     """Split ``key,path,type`` at top-level commas; brackets and parentheses nest."""
+    if "[" not in text and "(" not in text:
+        return text.split(",")
     parts: list[str] = []
     depth = 0
     start = 0
@@ -259,10 +262,17 @@ def module_stack(node: Node, where: str) -> list[StackEntry] | None:
 
 
 def graph_stacks(graph: Graph, pointer: str) -> list[list[StackEntry]]:
-    """The module stack of every node of a graph, in node order (see `module_stack`)."""
+    """The module stack of every node of a graph, in node order (see `module_stack`); nodes
+    with the same metadata share one stack (the lists are not to be changed)."""
     stacks: list[list[StackEntry]] = []
+    # The nodes of one module call carry the same text: each text is parsed once.
+    parsed: dict[str, list[StackEntry] | None] = {}
     for i, node in enumerate(graph.nodes):
-        stack = module_stack(node, f"{pointer}/{i}/metadata/nn_module_stack")
+        text = node.metadata.get("nn_module_stack") or ""
+        if text in parsed:
+            stack = parsed[text]
+        else:
+            stack = parsed[text] = module_stack(node, f"{pointer}/{i}/metadata/nn_module_stack")
         stacks.append(stack if stack is not None else (stacks[-1] if stacks else [_ROOT]))
     return stacks
 
@@ -367,9 +377,15 @@ def dtype_name(dtype: ScalarType) -> str:
     return DTYPE_NAMES.get(dtype, "unknown")
 
 
+@lru_cache(maxsize=4096)
 def expression_text(expr_str: str) -> str:
     """An ``expr_str`` as a reader wants it: ``srepr`` symbols and integers unwrapped."""
-    return _SREPR_INTEGER.sub(r"\1", _SREPR_SYMBOL.sub(r"\1", expr_str))
+    # a few distinct expressions recur on every node of a large program: each is rewritten once
+    return _SREPR_INTEGER.sub(_group, _SREPR_SYMBOL.sub(_group, expr_str))
+
+
+def _group(match: re.Match[str]) -> str:
+    return match.group(1)
 
 
 def size_value(size: SymIntAsExpr | SymIntAsInt) -> int | str:

@@ -28,6 +28,7 @@ from app.programs.inspect.common import (
     subgraph_inputs,
 )
 from app.programs.inspect.modules import module_tree
+from schema.io import no_cycle_collection
 from schema.models import ExportedProgram, Graph, TensorMeta
 
 
@@ -103,6 +104,11 @@ def _shape_text(meta: TensorMeta) -> str:
 
 def program_graph(doc: ExportedProgram) -> ProgramGraph:
     """The program's nodes (subgraphs included) in columns, grouped by module."""
+    with no_cycle_collection():
+        return _program_graph(doc)
+
+
+def _program_graph(doc: ExportedProgram) -> ProgramGraph:
     tree = module_tree(doc)
     index = {info.path: i for i, info in enumerate(tree.modules)}
     modules = [

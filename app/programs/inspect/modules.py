@@ -44,6 +44,7 @@ from app.programs.inspect.models import (
     Tally,
     Vertex,
 )
+from schema.io import no_cycle_collection
 from schema.models import (
     Argument,
     ArgumentAsBool,
@@ -145,6 +146,11 @@ def _signature(entry: ModuleCallEntry) -> CallSignature | None:
 
 def module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None = None) -> ModuleTree:
     """The module hierarchy ``torch.export.unflatten`` would rebuild, with sizes and calls."""
+    with no_cycle_collection():
+        return _module_tree(doc, weights)
+
+
+def _module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None) -> ModuleTree:
     gm = doc.graph_module
     graph = gm.graph
     tree = _Hierarchy()
@@ -152,14 +158,13 @@ def module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None = Non
     root.calls.add(0)
 
     stacks = graph_stacks(graph, NODES_POINTER)
-    for stack in stacks:
+    # nodes of one module call share their stack: each stack is entered once, then counted
+    counts = Counter(id(stack) for stack in stacks)
+    for stack in {id(stack): stack for stack in stacks}.values():
         if stack[0].type and root.type is None:
             root.type = stack[0].type
-        for entry in stack[1:]:
-            module = tree.touch(entry.path)
-            module.type = module.type or entry.type
-            module.calls.add(entry.call)
-        tree.modules[stack[-1].path].nodes += 1
+        _enter(tree, stack)
+        tree.modules[stack[-1].path].nodes += counts[id(stack)]
 
     for i, (node, stack) in enumerate(zip(graph.nodes, stacks, strict=True)):
         owner = stack[-1].path
@@ -198,6 +203,14 @@ def module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None = Non
     return _assemble(tree, mcg_order)
 
 
+def _enter(tree: _Hierarchy, stack: list[StackEntry]) -> None:
+    """Every module call of a stack (the root's aside) made known to the tree."""
+    for entry in stack[1:]:
+        module = tree.touch(entry.path)
+        module.type = module.type or entry.type
+        module.calls.add(entry.call)
+
+
 def _subgraph_pointer(nodes: str, node: int, arg: int) -> str:
     return f"{nodes}/{node}/inputs/{arg}/arg/as_graph/graph/nodes"
 
@@ -205,11 +218,8 @@ def _subgraph_pointer(nodes: str, node: int, arg: int) -> str:
 def _add_subgraph(tree: _Hierarchy, path: str, graph: Graph, pointer: str) -> None:
     module = tree.touch(path, "subgraph")
     module.nodes = len(graph.nodes)
-    for stack in graph_stacks(graph, pointer):
-        for entry in stack[1:]:
-            known = tree.touch(entry.path)
-            known.type = known.type or entry.type
-            known.calls.add(entry.call)
+    for stack in {id(stack): stack for stack in graph_stacks(graph, pointer)}.values():
+        _enter(tree, stack)
     for i, node in enumerate(graph.nodes):
         for j, sub in subgraph_inputs(node):
             _add_subgraph(tree, f"{path}.{sub.name}", sub.graph, _subgraph_pointer(pointer, i, j))

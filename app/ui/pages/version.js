@@ -26,7 +26,8 @@ export function interfaceTables(summary, ranges) {
   ];
 }
 
-export function weightsTable(weights) {
+// `digests` (a stored version's tensor digests, by name) adds their column; an upload has none.
+export function weightsTable(weights, digests = null) {
   const quant = new Map();
   for (const q of weights.quantized) {
     const w = q.input.weight;
@@ -36,13 +37,14 @@ export function weightsTable(weights) {
   return [
     h("p", null, `${weights.total.count} tensors, ${count(weights.total.numel)} elements, ${bytes(weights.total.nbytes)}`),
     table(
-      ["name", "kind", "dtype", "shape", "bytes", "quantization"],
+      ["name", "kind", "dtype", "shape", "bytes", ...(digests ? ["digest"] : []), "quantization"],
       weights.tensors.map((w) => [
         w.name,
         w.kind + (w.persistent ? "" : " (non-persistent)"),
         w.dtype || "?",
         w.shape ? `[${w.shape.join(", ")}]` : "?",
         w.nbytes === null ? "?" : bytes(w.nbytes),
+        ...(digests ? [digests.has(w.name) ? digest(digests.get(w.name)) : ""] : []),
         quant.get(w.name) || "",
       ]),
       { id: "weights" },
@@ -63,15 +65,16 @@ export async function versionPage(main, [name, ref]) {
   const base = versionPath(name, ref);
   const info = await getJSON(base);
   const live = !info.deleted_at;
-  const [ranges, modules, weights, operators, report] = live
+  const [ranges, modules, weights, tensors, operators, report] = live
     ? await Promise.all([
         getJSON(`${base}/ranges`),
         getJSON(`${base}/inspect?view=modules`),
         getJSON(`${base}/inspect?view=weights`),
+        getJSON(`${base}/tensors`),
         getJSON(`${base}/inspect?view=operators`),
         getJSON(`${base}/validate?level=semantic`),
       ])
-    : [[], null, null, null, null];
+    : [[], null, null, null, null, null];
   const v = info.version;
   const ui = `/ui/models/${enc(name)}`;
   append(main, [
@@ -123,7 +126,7 @@ export async function versionPage(main, [name, ref]) {
   if (!live) return;
   main.append(
     section("Validation", h("p", null, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; pushed at level torch.`), findingsTable(report.findings)),
-    section("Weights", weightsTable(weights)),
+    section("Weights", weightsTable(weights, new Map(tensors.map((t) => [t.name, t.digest])))),
     section("Operators", operatorsTable(operators)),
   );
 }
