@@ -1,7 +1,9 @@
-"""schemathesis against openapi.json on the live server: every phase, a bounded example count."""
+"""schemathesis against openapi.json on the live server: every phase, a bounded example count,
+and hostile path parameters, multipart boundaries and Range headers mixed in (st_hooks.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +50,7 @@ def test_schemathesis_finds_nothing(server: Server, tmp_path: Path) -> None:
             str(tmp_path),
         ],
         cwd=tmp_path,
+        env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.st_hooks", "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=600,
