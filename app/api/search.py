@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from app.api.auth import AUTH_PROBLEMS, CallerDep
 from app.api.problems import problem_responses
 from app.api.registry import RegistryDep
 from app.registry import check_model_name
@@ -19,10 +20,11 @@ router = APIRouter(prefix="/v1", tags=["registry"])
     "/search",
     response_model=SearchPage,
     responses=problem_responses(
-        "invalid-search", "invalid-name", "registry-unavailable", "request-invalid"
+        *AUTH_PROBLEMS, "invalid-search", "invalid-name", "registry-unavailable", "request-invalid"
     ),
 )
 def search_versions(
+    who: CallerDep,
     registry: RegistryDep,
     model: Annotated[str | None, Query(description="one model's versions only")] = None,
     tag: Annotated[
@@ -45,7 +47,8 @@ def search_versions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[int | None, Query(ge=1, description="the previous page's `next`")] = None,
 ) -> SearchPage:
-    """Versions of every model (or one) that match all the filters given, newest first."""
+    """Versions of every model (or one) that match all the filters given, newest first; only
+    those the caller may read, so a page can be shorter than `limit` and still have a `next`."""
     if model is not None:
         check_model_name(model)
     query = SearchQuery(
@@ -61,4 +64,6 @@ def search_versions(
         created_before=created_before,
         include_deleted=include_deleted,
     )
-    return registry.search(query, limit, after)
+    page = registry.search(query, limit, after)
+    readable = registry.access.readable(who.identity, sorted({v.model for v in page.versions}))
+    return SearchPage(versions=[v for v in page.versions if v.model in readable], next=page.next)

@@ -14,10 +14,12 @@ from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from app.api.auth import AUTH_PROBLEMS, Caller, CallerDep, has
 from app.api.problems import problem_responses
 from app.api.registry import RegistryDep
 from app.registry import Registry, check_model_name
 from app.registry import webhooks as hooks
+from app.registry.auth import AccessFailure
 from app.registry.outbox import EventKind
 
 
@@ -36,8 +38,20 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], lifespan=_lifespan)
 
-_PROBLEMS = ("registry-unavailable", "request-invalid")
+_PROBLEMS = (*AUTH_PROBLEMS, "registry-unavailable", "request-invalid")
 _ONE_PROBLEMS = (*_PROBLEMS, "webhook-not-found")
+
+
+def _may(registry: Registry, who: Caller, model: str | None) -> bool:
+    """Webhooks of a model are its managers' to see and change; global ones, admins'."""
+    return who.identity.admin if model is None else has(registry, who, model, "manage")
+
+
+def _own(registry: Registry, who: Caller, webhook_id: str) -> hooks.Subscription:
+    found = hooks.get(registry.db, webhook_id)
+    if not _may(registry, who, found.model):
+        raise AccessFailure("forbidden", f"{who.identity.principal} may not manage {webhook_id}")
+    return found
 
 
 class NewSubscription(BaseModel):
@@ -62,22 +76,32 @@ class SubscriptionList(BaseModel):
     response_model=hooks.CreatedSubscription,
     responses=problem_responses(*_PROBLEMS, "invalid-webhook", "invalid-name"),
 )
-def create_webhook(body: NewSubscription, registry: RegistryDep) -> hooks.CreatedSubscription:
+def create_webhook(
+    body: NewSubscription, who: CallerDep, registry: RegistryDep
+) -> hooks.CreatedSubscription:
     """Subscribe a URL to registry events; the answer holds the signing secret, shown once.
 
     Each delivery is a signed POST (see `X-Pt2serde-Signature` in the README): HMAC-SHA256 with
-    the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx."""
+    the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx.
+    A model's webhooks need `manage` on it; global ones need an admin."""
     if body.model is not None:
         check_model_name(body.model)
-    return hooks.create(registry.db, body.url, body.events, body.model)
+    if not _may(registry, who, body.model):
+        raise AccessFailure("forbidden", f"{who.identity.principal} may not subscribe here")
+    principal = who.identity.principal
+    return hooks.create(registry.db, body.url, body.events, body.model, principal)
 
 
 @router.get("", response_model=SubscriptionList, responses=problem_responses(*_PROBLEMS))
-def list_webhooks(registry: RegistryDep, model: str | None = None) -> SubscriptionList:
-    """Live subscriptions: all, or those a model's events reach (its own and global ones)."""
+def list_webhooks(
+    who: CallerDep, registry: RegistryDep, model: str | None = None
+) -> SubscriptionList:
+    """Live subscriptions the caller manages: all, or those a model's events reach (its own
+    and global ones)."""
     if model is not None:
         check_model_name(model)
-    return SubscriptionList(webhooks=hooks.listing(registry.db, model))
+    found = hooks.listing(registry.db, model)
+    return SubscriptionList(webhooks=[s for s in found if _may(registry, who, s.model)])
 
 
 @router.get(
@@ -85,9 +109,9 @@ def list_webhooks(registry: RegistryDep, model: str | None = None) -> Subscripti
     response_model=hooks.Subscription,
     responses=problem_responses(*_ONE_PROBLEMS),
 )
-def get_webhook(webhook_id: str, registry: RegistryDep) -> hooks.Subscription:
+def get_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> hooks.Subscription:
     """One subscription (without its secret)."""
-    return hooks.get(registry.db, webhook_id)
+    return _own(registry, who, webhook_id)
 
 
 @router.delete(
@@ -96,8 +120,9 @@ def get_webhook(webhook_id: str, registry: RegistryDep) -> hooks.Subscription:
     response_class=Response,
     responses=problem_responses(*_ONE_PROBLEMS),
 )
-def delete_webhook(webhook_id: str, registry: RegistryDep) -> Response:
+def delete_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> Response:
     """Delete a subscription; deliveries not yet made are cancelled."""
+    _own(registry, who, webhook_id)
     hooks.remove(registry.db, webhook_id)
     return Response(status_code=204)
 
@@ -109,9 +134,11 @@ def delete_webhook(webhook_id: str, registry: RegistryDep) -> Response:
 )
 def list_deliveries(
     webhook_id: str,
+    who: CallerDep,
     registry: RegistryDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1)] = None,
 ) -> hooks.DeliveryPage:
     """A subscription's deliveries, newest first: status, attempts, the last answer."""
+    _own(registry, who, webhook_id)
     return hooks.deliveries(registry.db, webhook_id, limit, before)
