@@ -99,16 +99,22 @@ def leaves(arg: Any) -> list[Leaf]:
     return _NO_LEAVES if get is None else get(arg)
 
 
+def nested(arg: Any, path: str = "") -> Iterator[tuple[Any, str]]:
+    """The argument, or every argument an ``as_string_to_argument`` holds (at any depth), each
+    with its pointer."""
+    if type(arg) is schema.ArgumentAsStringToArgument:
+        for key, sub in arg.as_string_to_argument.items():
+            yield from nested(sub, path + pointer(["as_string_to_argument", key]))
+    else:
+        yield arg, path
+
+
 def nested_leaves(arg: Any) -> list[Leaf]:
     """The argument's leaves, including those of the arguments an ``as_string_to_argument``
     holds (their pointers run through the map's keys)."""
     if type(arg) is not schema.ArgumentAsStringToArgument:
         return leaves(arg)
-    found: list[Leaf] = []
-    for key, sub in arg.as_string_to_argument.items():
-        where = pointer(["as_string_to_argument", key])
-        found.extend(Leaf(n, k, where + at) for n, k, at in nested_leaves(sub))
-    return found
+    return [Leaf(n, k, where + at) for sub, where in nested(arg) for n, k, at in leaves(sub)]
 
 
 def references(arg: Any, path: str = "") -> Iterator[tuple[str, str, Kind]]:
@@ -139,11 +145,9 @@ class GraphSite(NamedTuple):
 
 def subgraphs(arg: Any, path: str) -> Iterator[tuple[schema.GraphArgument, str]]:
     """The graphs an argument carries (HOP branches and bodies), with their pointers."""
-    if isinstance(arg, schema.ArgumentAsGraph):
-        yield arg.as_graph, f"{path}/as_graph/graph"
-    elif isinstance(arg, schema.ArgumentAsStringToArgument):
-        for key, sub in arg.as_string_to_argument.items():
-            yield from subgraphs(sub, path + pointer(["as_string_to_argument", key]))
+    for sub, where in nested(arg, path):
+        if type(sub) is schema.ArgumentAsGraph:
+            yield sub.as_graph, f"{where}/as_graph/graph"
 
 
 def walk_graphs(graph: schema.Graph, path: str = TOP_GRAPH) -> Iterator[GraphSite]:

@@ -19,7 +19,7 @@ from app.failure import Failure
 from app.programs import opset
 from app.programs.expr import UnsafeExpression, check_expression, check_guard
 from app.programs.findings import Finding, FindingList, Severity
-from app.programs.graph import GraphSite, sym_exprs, walk_graphs
+from app.programs.graph import GraphSite, nested, sym_exprs, walk_graphs
 from app.settings import Limits
 from schema.errors import pointer
 
@@ -144,11 +144,9 @@ def _expression(text: str, at: str, found: FindingList) -> None:
 
 def _operators(arg: Any, path: str) -> Iterator[tuple[str, str]]:
     """Operators passed as arguments (e.g. to auto_functionalized): torch resolves them too."""
-    if isinstance(arg, schema.ArgumentAsOperator):
-        yield arg.as_operator, f"{path}/as_operator"
-    elif isinstance(arg, schema.ArgumentAsStringToArgument):
-        for key, sub in arg.as_string_to_argument.items():
-            yield from _operators(sub, path + pointer(["as_string_to_argument", key]))
+    for sub, where in nested(arg, path):
+        if isinstance(sub, schema.ArgumentAsOperator):
+            yield sub.as_operator, f"{where}/as_operator"
 
 
 def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:

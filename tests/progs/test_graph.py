@@ -12,6 +12,7 @@ from app.programs.graph import (
     TOP_GRAPH,
     Leaf,
     leaves,
+    nested,
     nested_leaves,
     references,
     scope,
@@ -172,3 +173,17 @@ def test_walk_graphs_reaches_every_subgraph(zoo_json: dict[str, bytes]) -> None:
         assert site.owner.target.endswith("cond")
         assert site.dotted in {"true_graph_0", "false_graph_0"}
         assert len(_resolve(wire, site.pointer)["nodes"]) == len(site.graph.nodes)
+
+
+def test_nested_reaches_into_maps_of_maps() -> None:
+    inner = {"as_string_to_argument": {"b": {"as_tensor": {"name": "x"}}}}
+    op = {"as_operator": "torch.ops.aten.add.Tensor"}
+    arg = _node([{"as_string_to_argument": {"a": inner, "c": op}}], []).inputs[0].arg
+    found = [(sub.kind, at) for sub, at in nested(arg, "/p")]
+    assert found == [
+        ("as_tensor", "/p/as_string_to_argument/a/as_string_to_argument/b"),
+        ("as_operator", "/p/as_string_to_argument/c"),
+    ]
+    assert list(references(arg)) == [
+        ("x", "/as_string_to_argument/a/as_string_to_argument/b/as_tensor/name", "tensor")
+    ]
