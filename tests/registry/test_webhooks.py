@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import hmac
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +18,14 @@ from app.registry import Registry, RegistryFailure
 from app.registry import webhooks as hooks
 from app.registry.db import now
 from app.registry.outbox import EventKind, attempts, claim, deliveries, record
+from tests.registry.conftest import Backend, make_backend
 from tests.registry.receiver import Receiver, receiver, verify
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Both databases (what these tests exercise lives in the database, not the blob store)."""
+    return make_backend(request, tmp_path)
 
 
 def _record(registry: Registry, *events: tuple[EventKind, str]) -> list[str]:
