@@ -115,6 +115,18 @@ class Settings(BaseSettings):
     worker_imports: Annotated[tuple[str, ...], NoDecode] = ()
     data_dir: Path = Path("data")
     database_url: str = ""
+    #: where blobs live: "" (<data_dir>/blobs), file:///path or s3://bucket/prefix (endpoint and
+    #: credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
+    blob_url: str = ""
+    #: part size (MiB) of multipart uploads to S3; smaller objects go in one PUT.
+    blob_part_mb: int = 16
+    #: seconds a soft-deleted version keeps its objects before gc may collect them.
+    gc_deleted_grace_s: float = 7 * 24 * 3600.0
+    #: seconds an object a push claimed stays safe from gc while no version refers to it yet
+    #: (correctness does not rest on it: a push re-stores what gc took; it spares the work).
+    gc_claim_grace_s: float = 3600.0
+    #: seconds between gc runs in each replica (0: only `pt2serde registry gc`).
+    gc_interval_s: float = 0.0
     #: seconds the webhook dispatcher sleeps when the outbox has nothing due.
     webhook_poll_s: float = 1.0
     #: seconds a receiver has to answer one delivery.

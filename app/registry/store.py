@@ -7,7 +7,7 @@ no version refers to, which `cleanup` removes (it runs whenever a `Registry` ope
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -17,11 +17,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app import operations as ops
 from app.archive import open_archive
-from app.registry import labels, outbox, quotas
+from app.registry import labels, objects, outbox, quotas, storing
 from app.registry.audit import SYSTEM, Actor, Change, record
-from app.registry.blobs import BlobStore, Staged, is_digest
+from app.registry.auth import Access, admin_secret
+from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
 from app.registry.errors import RegistryFailure
+from app.registry.gc import GcReport, Periodic, collect
 from app.registry.ingest import Candidate, prepare
 from app.registry.names import (
     LATEST,
@@ -35,6 +37,7 @@ from app.registry.names import (
     check_text,
     version_number,
 )
+from app.registry.packing import rebuilt
 from app.registry.records import (
     AliasInfo,
     CleanupReport,
@@ -67,11 +70,16 @@ class Registry:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.quotas = quotas.Quotas.of(settings)
-        self.blobs = BlobStore(settings.data_dir)
+        self.blobs = BlobStore(settings)
+        self._periodic: Periodic | None = None
         try:
             self.db = Database(settings)
+            self.access = Access(self.db, settings.default_permission)
             try:
                 self.db.migrate()
+                secret = admin_secret(settings)
+                if secret is not None:
+                    self.access.bootstrap(secret)
                 self.cleanup()
             except BaseException:
                 self.db.close()
@@ -79,9 +87,13 @@ class Registry:
         except BaseException:
             self.blobs.close()
             raise
+        if settings.gc_interval_s > 0:
+            self._periodic = Periodic(self.db, self.blobs, settings)
 
     def close(self) -> None:
         """Release the database and this process's staging directory."""
+        if self._periodic is not None:
+            self._periodic.stop()
         self.db.close()
         self.blobs.close()
 
@@ -99,14 +111,18 @@ class Registry:
     def push(self, name: str, candidate: Candidate, actor: Actor = SYSTEM) -> Pushed:
         """Store a validated program as the model's next version, or return the live version
         that already has its program digest (whose served bytes stay as they are: both were
-        written by us from proven members). The candidate's archive is placed or discarded."""
+        written by us from proven members). The candidate's archive is stored as its skeleton
+        and tensor objects (each stored once, whoever pushed it first), or discarded."""
         staged = candidate.archive
-        canonical: Staged | None = None
+        parts: storing.Parts | None = None
         try:
             check_model_name(name)
             canonical = self.blobs.stage_bytes(candidate.canonical)
             if canonical.digest != candidate.digests.graph:
+                canonical.discard()
                 raise AssertionError("the canonical bytes do not hash to the graph digest")
+            parts = storing.stage_parts(self.blobs, staged, canonical, self.settings.limits)
+            storing.upload(self.db, self.blobs, parts)
             with self.db.write(blobs="shared") as conn:
                 model_id, last = self._lock_model(conn, name)
                 existing = conn.execute(
@@ -120,20 +136,23 @@ class Registry:
                 if existing is None:
                     number = last + 1
                     quotas.check_push(conn, self.quotas, model_id, name, actor, staged.size)
-                    self._insert(conn, model_id, number, staged, canonical, candidate, actor)
+                    storing.commit(conn, self.blobs, parts)
+                    self._insert(conn, model_id, number, parts, candidate, actor)
                     after = {"version": number, "program_digest": candidate.digests.program}
                     self._record(
                         conn,
                         Change(actor, "version.push", _target(name, number), name, after=after),
                     )
+            # committed: the objects are stored, their staged copies are of no more use
+            parts.discard()
             return Pushed(
                 version=self.version(name, str(number)),
                 created=existing is None,
                 warnings=candidate.warnings,
             )
         finally:
-            if canonical is not None:
-                canonical.discard()
+            if parts is not None:
+                parts.discard()
             staged.discard()
 
     def _lock_model(self, conn: Connection, name: str) -> tuple[int, int]:
@@ -156,13 +175,10 @@ class Registry:
         conn: Connection,
         model_id: int,
         number: int,
-        staged: Staged,
-        canonical: Staged,
+        parts: storing.Parts,
         candidate: Candidate,
         actor: Actor,
     ) -> None:
-        archive_digest = self.blobs.place(staged)
-        self.blobs.place(canonical)
         conn.execute(update(models).where(models.c.id == model_id).values(last_version=number))
         version_id = conn.execute(
             insert(versions)
@@ -172,8 +188,8 @@ class Registry:
                 program_digest=candidate.digests.program,
                 graph_digest=candidate.digests.graph,
                 weights_digest=candidate.digests.weights,
-                archive_digest=archive_digest,
-                archive_size=staged.size,
+                archive_digest=parts.archive,
+                archive_size=parts.layout.size,
                 archive_model=candidate.archive_model,
                 schema_version=candidate.schema_version,
                 min_schema_version=candidate.min_schema_version,
@@ -283,8 +299,9 @@ class Registry:
         actor: Actor = SYSTEM,
         detach_aliases: bool = False,
     ) -> VersionInfo:
-        """Soft-delete a version with a reason; its blobs are collected once no live version
-        refers to them. A version aliases point at is refused (version-has-aliases) unless
+        """Soft-delete a version with a reason; gc collects its objects once no live version
+        refers to them and the deleted-version grace period is over.
+        A version aliases point at is refused (version-has-aliases) unless
         `detach_aliases`, which removes them, each recorded as its own change."""
         check_text(reason, "reason", MAX_REASON)
         with self.db.write() as conn:
@@ -312,7 +329,6 @@ class Registry:
             target = _target(name, row.version)
             after = {"reason": reason, "detached_aliases": sorted(named)}
             self._record(conn, Change(actor, "version.delete", target, name, after=after))
-        self.collect([row.archive_digest, row.graph_digest])
         return self.version(name, str(row.version))
 
     def _record(self, conn: Connection, change: Change) -> None:
@@ -321,38 +337,16 @@ class Registry:
         record(conn, change)
         outbox.record_change(conn, change)
 
-    def collect(self, digests: Iterable[str] | None = None) -> list[str]:
-        """Remove blobs (these, or every stored one) that no live version refers to."""
-        with self.db.write(blobs="exclusive") as conn:
-            wanted = sorted(set(digests)) if digests is not None else list(self.blobs.digests())
-            referenced = self._referenced(conn, wanted if digests is not None else None)
-            removed = [d for d in wanted if d not in referenced and self.blobs.exists(d)]
-            for digest in removed:
-                self.blobs.remove(digest)
-        return removed
-
-    def _referenced(self, conn: Connection, among: Sequence[str] | None) -> set[str]:
-        found: set[str] = set()
-        for column in (versions.c.archive_digest, versions.c.graph_digest):
-            query = select(column).where(_live())
-            if among is not None:
-                query = query.where(column.in_(among))
-            found.update(conn.execute(query.distinct()).scalars())
-        return found
+    def gc(self, dry_run: bool = False) -> GcReport:
+        """Collect the objects no kept version needs (see `app.registry.gc`)."""
+        return collect(self.db, self.blobs, self.settings, dry_run)
 
     def cleanup(self) -> CleanupReport:
-        """Remove what interrupted pushes left: staging of dead processes, unreferenced blobs,
-        anything under blobs/ that is not a blob."""
+        """Remove what interrupted pushes left: staging of dead processes, objects no kept
+        version refers to (past the claim grace), anything in the store that is not an object."""
         staging = self.blobs.sweep()
-        blobs = self.collect()
-        strays = self.blobs.strays()
-        for path in strays:
-            self.blobs.remove_path(path)
-        return CleanupReport(
-            blobs=blobs,
-            strays=[p.relative_to(self.blobs.blob_dir).as_posix() for p in strays],
-            staging=staging,
-        )
+        report = self.gc()
+        return CleanupReport(blobs=report.objects, strays=report.strays, staging=staging)
 
     # ------------------------------------------------------------ reads
 
@@ -453,7 +447,7 @@ class Registry:
             )
         digest = info.digests.archive if content == "archive" else info.digests.graph
         try:
-            return info, self.blobs.open(digest)
+            return info, self._open(digest, content == "archive")
         except FileNotFoundError:
             again = self.version(name, str(info.version))
             if again.deleted_at is not None:
@@ -488,11 +482,21 @@ class Registry:
             raise RegistryFailure("blob-not-found", f"no version refers to the blob {digest}")
         kind: BlobKind = "archive" if row.archive_digest == digest else "canonical"
         try:
-            return kind, self.blobs.open(digest)
+            return kind, self._open(digest, kind == "archive")
         except FileNotFoundError:
             raise RegistryFailure("blob-not-found", f"the blob {digest} was collected") from None
 
     # ------------------------------------------------------------ helpers
+
+    def _open(self, digest: str, archive: bool) -> BinaryIO:
+        """An object, or an archive rebuilt from its skeleton and tensor objects (one stored
+        whole before issue 16 is its own object); FileNotFoundError if gc took it."""
+        if archive:
+            with self.db.read() as conn:
+                layout = objects.layout_of(conn, digest)
+            if layout is not None:
+                return rebuilt(layout, self.blobs.open)
+        return self.blobs.open(digest)
 
     def _model(self, conn: Connection, name: str, lock: bool = False) -> Row[Any]:
         """The model's row; `lock`: held until the transaction ends, which serializes a model's

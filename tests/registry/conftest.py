@@ -20,7 +20,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,15 @@ from app import operations as ops
 from app.archive import open_archive
 from app.bridge import jobs
 from app.registry import Registry
+from app.registry.blobs import Objects, objects_for
+from app.registry.blobs.s3 import S3Objects
+from app.registry.objects import layout_of
 from app.settings import Settings
 from tests.api.conftest import Server, free_port, start_server
 from tests.programs import ZooProgram, archive_bytes
+from tests.registry.seaweed import Seaweed, seaweed
+
+__all__ = ["seaweed"]
 
 PG_SUPERUSER = "postgres"
 #: Debian's layout first, then whatever is on PATH.
@@ -158,42 +164,77 @@ def postgres() -> Iterator[Postgres]:
 
 @dataclass
 class Backend:
-    """Where one test's registry lives: a data directory and, for PostgreSQL, a database."""
+    """Where one test's registry lives: a data directory, for PostgreSQL a database, and for
+    the S3 blob backend a prefix of the session's SeaweedFS bucket."""
 
     kind: str
     data_dir: Path
     database_url: str = ""
+    blob_url: str = ""
+    #: the AWS_* variables of the S3 backend
+    aws: dict[str, str] = field(default_factory=dict)
 
     def settings(self, **overrides: Any) -> Settings:
-        """Settings of a registry on this backend."""
-        values: dict[str, Any] = {"data_dir": self.data_dir, "database_url": self.database_url}
+        """Settings of a registry on this backend (gc graces off: tests collect at once)."""
+        values: dict[str, Any] = {
+            "data_dir": self.data_dir,
+            "database_url": self.database_url,
+            "blob_url": self.blob_url,
+            "gc_claim_grace_s": 0.0,
+            "gc_deleted_grace_s": 0.0,
+        }
         return Settings(**{**values, **overrides})
 
     def server_env(self) -> dict[str, str]:
-        """The PT2SERDE_* variables of a server on this backend."""
+        """The PT2SERDE_* (and AWS_*) variables of a server on this backend."""
         return {
             "PT2SERDE_DATA_DIR": str(self.data_dir),
             "PT2SERDE_DATABASE_URL": self.database_url,
+            "PT2SERDE_BLOB_URL": self.blob_url,
+            "PT2SERDE_GC_CLAIM_GRACE_S": "0",
+            "PT2SERDE_GC_DELETED_GRACE_S": "0",
+            **self.aws,
         }
 
+    def objects(self) -> Objects:
+        """The blob store backend's objects."""
+        return objects_for(self.blob_url, self.data_dir, 16 << 20)
 
-BACKENDS = ["sqlite", "postgresql"]
+    def put_raw(self, name: str, data: bytes) -> None:
+        """Write `data` under `name` in the blob area, as something other than us would."""
+        if not self.blob_url:
+            path = self.data_dir / "blobs" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            return
+        objects = self.objects()
+        assert isinstance(objects, S3Objects)
+        objects.client.put_object(Bucket=objects.bucket, Key=objects.prefix + name, Body=data)
 
 
-def make_backend(request: pytest.FixtureRequest, folder: Path) -> Backend:
-    """The backend `request.param` names, with its data directory in `folder`."""
-    if request.param == "sqlite":
-        return Backend("sqlite", folder / "data")
-    server: Postgres = request.getfixturevalue("postgres")
-    return Backend("postgresql", folder / "data", server.create_database())
+#: database, and blob store: "" the local directory, "-s3" SeaweedFS
+BACKENDS = ["sqlite", "postgresql", "sqlite-s3", "postgresql-s3"]
+_prefixes = itertools.count()
+
+
+def make_backend(request: pytest.FixtureRequest, folder: Path, param: str | None = None) -> Backend:
+    """The backend `param` (by default `request.param`) names, with its data in `folder`."""
+    kind, _, blobs = str(param or request.param).partition("-")
+    backend = Backend(kind, folder / "data")
+    if kind == "postgresql":
+        server: Postgres = request.getfixturevalue("postgres")
+        backend.database_url = server.create_database()
+    if blobs == "s3":
+        weed: Seaweed = request.getfixturevalue("seaweed")
+        backend.blob_url = f"s3://registry/t{os.getpid()}-{next(_prefixes)}"
+        backend.aws = weed.env()
+    return backend
 
 
 def sibling(request: pytest.FixtureRequest, backend: Backend, folder: Path) -> Backend:
-    """Another backend of the same kind: its own data directory (and database)."""
-    if backend.kind == "sqlite":
-        return Backend("sqlite", folder / "data")
-    server: Postgres = request.getfixturevalue("postgres")
-    return Backend("postgresql", folder / "data", server.create_database())
+    """Another backend of the same kind: its own data directory (and database, and prefix)."""
+    kind = backend.kind + ("-s3" if backend.blob_url else "")
+    return make_backend(request, folder, kind)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -340,15 +381,21 @@ def warm(server: Server) -> None:
         assert client.get("/readyz").status_code == 200
 
 
-def stored_files(data_dir: Path) -> dict[str, list[str]]:
-    """Blob files and staged files under a data directory (lock files left out)."""
-    blobs = sorted(p.name for p in (data_dir / "blobs").glob("*/*"))
-    staged = sorted(
-        p.relative_to(data_dir / "tmp").as_posix()
-        for p in (data_dir / "tmp").glob("*/*")
-        if p.name != ".lock"
-    )
+def stored_files(where: Backend | Path) -> dict[str, list[str]]:
+    """Stored objects and staged files of a backend, or of a data directory with local blobs
+    (lock files left out)."""
+    backend = where if isinstance(where, Backend) else Backend("sqlite", where)
+    blobs = sorted(listed.digest for listed in backend.objects().listing())
+    tmp = backend.data_dir / "tmp"
+    staged = sorted(p.relative_to(tmp).as_posix() for p in tmp.glob("*/*") if p.name != ".lock")
     return {"blobs": blobs, "staged": staged}
+
+
+def objects_of(registry: Registry, archive: str, graph: str) -> set[str]:
+    """The objects a version with these digests is stored as."""
+    with registry.db.read() as conn:
+        layout = layout_of(conn, archive)
+    return {graph, *(layout.objects() if layout is not None else {archive})}
 
 
 def check_consistent(backend: Backend) -> dict[str, list[int]]:
@@ -371,12 +418,12 @@ def check_consistent(backend: Backend) -> dict[str, list[int]]:
                     with ops.open_source(data, "zip", settings) as source:
                         digests = ops.canonical(source, settings).digests
                     assert digests.program == info.digests.program
-                    referenced |= {info.digests.archive, info.digests.graph}
+                    referenced |= objects_of(registry, info.digests.archive, info.digests.graph)
                     found.setdefault(model.name, []).append(info.version)
             if page.next is None:
                 break
             after = page.next
-        assert stored_files(backend.data_dir) == {"blobs": sorted(referenced), "staged": []}
+        assert stored_files(backend) == {"blobs": sorted(referenced), "staged": []}
     finally:
         registry.close()
     return found

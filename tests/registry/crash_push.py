@@ -1,6 +1,7 @@
 """A push that SIGKILLs its own process at a chosen step: `python -m tests.registry.crash_push`.
 
-Arguments: the step, the data directory, the database URL ('' for SQLite), the .pt2 to push.
+Arguments: the step and the .pt2 to push; the registry's settings come from the PT2SERDE_*
+(and AWS_*) variables.
 The steps are reached by wrapping registry methods here, in this test process only; the
 registry's code has no fault hooks. The torch check is stubbed as passing (this process never
 loads torch): what is tested is storage, not validation.
@@ -17,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from app.bridge.report import TorchCheck
-from app.registry import Registry
+from app.registry import Registry, storing
 from app.registry.blobs import BlobStore
 from app.settings import Settings
 
-#: step -> (class, method) whose call is followed by SIGKILL (on its `nth` call).
-STEPS: dict[str, tuple[type, str, int]] = {
+#: step -> (class or module, function) whose call is followed by SIGKILL (on its `nth` call).
+STEPS: dict[str, tuple[Any, str, int]] = {
     "canonical-staged": (BlobStore, "stage_bytes", 1),
-    "archive-placed": (BlobStore, "place", 1),
-    "both-placed": (BlobStore, "place", 2),
+    "parts-staged": (storing, "stage_parts", 1),
+    "objects-stored": (storing, "upload", 1),
     "rows-inserted": (Registry, "_insert", 1),
     "committed": (Registry, "version", 1),
 }
@@ -47,7 +48,7 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _kill_after(owner: type, name: str, nth: int) -> None:
+def _kill_after(owner: Any, name: str, nth: int) -> None:
     original: Callable[..., Any] = getattr(owner, name)
     calls = 0
 
@@ -65,8 +66,8 @@ def _kill_after(owner: type, name: str, nth: int) -> None:
 
 def main() -> int:
     """Open the registry, arm the step, push."""
-    step, data_dir, database_url, archive = sys.argv[1:]
-    settings = Settings(data_dir=Path(data_dir), database_url=database_url)
+    step, archive = sys.argv[1:]
+    settings = Settings.from_env(dict(os.environ))
     registry = Registry(settings)
     staged = registry.blobs.stage()
     staged.write(Path(archive).read_bytes())

@@ -5,11 +5,14 @@ are in test_processes.py)."""
 
 from __future__ import annotations
 
+import io
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,17 +31,36 @@ from tests.registry.conftest import (
 from tests.registry.crash_push import STAGED, STEPS
 
 MODEL = "crashy"
-#: what a process killed at each step leaves before cleanup: (staged files, placed blobs); the
-#: upload stays staged throughout (the route removes it after the push), beside the archive we
-#: wrote to serve and the canonical document until each is placed
-LEFT_AT = {
-    STAGED: (1, 0),
-    "canonical-staged": (3, 0),
-    "archive-placed": (2, 1),
-    "both-placed": (1, 2),
-    "rows-inserted": (1, 2),
-    "committed": (1, 2),
-}
+
+
+#: what a process killed at each step leaves before cleanup: (staged files, stored objects) with
+#: P the archive's distinct tensor payloads; the upload stays staged throughout (the route
+#: removes it after the push), beside the archive we wrote until it is cut into its skeleton
+#: and payloads, and the canonical document and those parts until the push ends
+def _left_at(step: str, payloads: int) -> tuple[int, int]:
+    parts = payloads + 2  # and the skeleton and the canonical document
+    return {
+        STAGED: (1, 0),
+        "canonical-staged": (3, 0),
+        "parts-staged": (1 + parts, 0),
+        "objects-stored": (1 + parts, parts),
+        "rows-inserted": (1 + parts, parts),
+        "committed": (1, parts),
+    }[step]
+
+
+def _payloads(archive: bytes) -> int:
+    """The archive's distinct non-empty tensor payloads."""
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        return len(
+            {
+                opened.read(info)
+                for info in opened.infolist()
+                if "/data/weights/weight_" in info.filename
+                or "/data/constants/tensor_" in info.filename
+                if info.file_size
+            }
+        )
 
 
 def test_killed_at_each_step_of_a_push(
@@ -47,19 +69,19 @@ def test_killed_at_each_step_of_a_push(
     """One process per step, run side by side, each on storage of its own."""
     archive = tmp_path / "conv.pt2"
     archive.write_bytes(archives["conv"])
-    assert set(LEFT_AT) == {STAGED, *STEPS}
+    payloads = _payloads(archives["conv"])
     runs: dict[str, tuple[Backend, subprocess.Popen[bytes]]] = {}
-    for step in LEFT_AT:
+    for step in (STAGED, *STEPS):
         where = sibling(request, backend, tmp_path / step)
-        command = [sys.executable, "-m", "tests.registry.crash_push", step]
-        command += [str(where.data_dir), where.database_url, str(archive)]
-        process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
+        command = [sys.executable, "-m", "tests.registry.crash_push", step, str(archive)]
+        env = {**os.environ, **where.server_env()}
+        process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, env=env)
         runs[step] = (where, process)
     for step, (where, process) in runs.items():
         _, err = process.communicate(timeout=120)
         assert process.returncode == -signal.SIGKILL, (step, process.returncode, err.decode())
-        left = stored_files(where.data_dir)
-        assert (len(left["staged"]), len(left["blobs"])) == LEFT_AT[step], (step, left)
+        left = stored_files(where)
+        assert (len(left["staged"]), len(left["blobs"])) == _left_at(step, payloads), (step, left)
         expected = {MODEL: [1]} if step == "committed" else {}
         assert check_consistent(where) == expected, step
 
@@ -80,17 +102,17 @@ def test_killed_while_the_body_streams(backend: Backend, archives: dict[str, byt
         with socket.create_connection(_address(server)) as sock:
             sock.sendall(head + data[: len(data) // 2])
             deadline = time.monotonic() + 10
-            while not stored_files(backend.data_dir)["staged"]:
+            while not stored_files(backend)["staged"]:
                 assert time.monotonic() < deadline, "the body never reached the staging area"
                 time.sleep(0.02)
             kill_server(server)
     finally:
         stop_registry_server(server)
-    assert stored_files(backend.data_dir)["staged"]
+    assert stored_files(backend)["staged"]
     restarted = start_registry_server(backend)
     try:
         # the restarted server's startup cleanup removed what the dead one was receiving
-        assert stored_files(backend.data_dir) == {"blobs": [], "staged": []}
+        assert stored_files(backend) == {"blobs": [], "staged": []}
         with restarted.client() as client:
             assert client.get(f"/v1/models/{MODEL}").json()["code"] == "model-not-found"
     finally:

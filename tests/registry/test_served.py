@@ -139,7 +139,7 @@ def test_clean_after_poisoned_is_the_same_version_and_serves_no_unproven_byte(
     assert_served(served(registry, kept), clean, samples=True)
     assert kept.version.digests.archive != first.version.digests.archive
     assert kept.version.digests.program == first.version.digests.program
-    assert stored_files(backend.data_dir)["staged"] == []
+    assert stored_files(backend)["staged"] == []
 
 
 def test_decoy_is_never_served(
@@ -177,7 +177,7 @@ def test_pickle_payloads_are_never_stored_even_where_opaque_pickles_are_allowed(
         with pytest.raises(RegistryFailure) as caught:
             push(lenient, "opaque", data)
         assert caught.value.code == "unsafe-pickle"
-        assert stored_files(backend.data_dir) == {"blobs": [], "staged": []}
+        assert stored_files(backend) == {"blobs": [], "staged": []}
     finally:
         lenient.close()
 

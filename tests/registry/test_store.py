@@ -25,12 +25,15 @@ from app.registry import (
     ValueSummary,
     VersionInfo,
 )
+from app.registry.blobs.local import LocalObjects
+from app.registry.blobs.s3 import S3Objects
 from app.registry.db import MIGRATIONS, metadata
 from tests.programs import ZooProgram
 from tests.registry.conftest import (
     Backend,
     InProcessTorch,
     assert_served,
+    objects_of,
     stored_files,
     variant,
 )
@@ -44,6 +47,13 @@ def push(registry: Registry, name: str, archive: bytes, model: str | None = None
     finally:
         staged.discard()
     return registry.push(name, candidate)
+
+
+def read_archive(registry: Registry, name: str, ref: str) -> bytes:
+    """The archive a version serves."""
+    _, handle = registry.open_content(name, ref, "archive")
+    with handle:
+        return handle.read()
 
 
 def sha256(data: bytes) -> str:
@@ -85,11 +95,10 @@ def test_push_numbers_versions_and_dedupes(
     assert other.version.digests == first.version.digests
     # each archive and each canonical document stored once, across models
     conv, lbt = first.version.digests, second.version.digests
-    assert stored_files(backend.data_dir) == {
-        "blobs": sorted({conv.archive, conv.graph, lbt.archive, lbt.graph}),
-        "staged": [],
-    }
-    served = registry.blobs.path(conv.archive).read_bytes()
+    expected = objects_of(registry, conv.archive, conv.graph)
+    expected |= objects_of(registry, lbt.archive, lbt.graph)
+    assert stored_files(backend) == {"blobs": sorted(expected), "staged": []}
+    served = read_archive(registry, "vision", "1")
     assert sha256(served) == conv.archive
     assert first.version.archive_size == len(served)
     assert_served(served, archives["conv"])
@@ -107,9 +116,9 @@ def test_version_metadata(
         "program": canonical.digests.program,
         "graph": canonical.digests.graph,
         "weights": canonical.digests.weights,
-        "archive": sha256(registry.blobs.path(info.digests.archive).read_bytes()),
+        "archive": sha256(read_archive(registry, "vision", "1")),
     }
-    size = registry.blobs.path(info.digests.archive).stat().st_size
+    size = len(read_archive(registry, "vision", "1"))
     assert (info.archive_size, info.archive_model) == (size, "model")
     assert info.schema_version == "8.20"
     assert (info.min_schema_version, info.readable_by) == (compat.min_version, compat.readable_by)
@@ -195,7 +204,10 @@ def test_delete_is_soft_and_collects_blobs_when_unreferenced(
     assert (deleted.version, deleted.deleted_reason, deleted.aliases) == (1, "wrong labels", [])
     assert deleted.deleted_at is not None
     # b still refers to the same blobs
-    assert stored_files(backend.data_dir)["blobs"] == sorted({a.digests.archive, a.digests.graph})
+    registry.gc()
+    assert stored_files(backend)["blobs"] == sorted(
+        objects_of(registry, a.digests.archive, a.digests.graph)
+    )
     assert registry.version("a", "1") == deleted
     assert registry.versions("a").versions == []
     assert [v.version for v in registry.versions("a", include_deleted=True).versions] == [1]
@@ -211,7 +223,15 @@ def test_delete_is_soft_and_collects_blobs_when_unreferenced(
     _, handle = registry.open_blob(a.digests.archive)
     handle.close()
     registry.delete_version("b", "1", "superseded")
-    assert stored_files(backend.data_dir)["blobs"] == []
+    # kept through the deleted-version grace period, collected by gc after it
+    kept = Registry(backend.settings(gc_deleted_grace_s=3600.0))
+    try:
+        assert kept.gc().objects == []
+    finally:
+        kept.close()
+    assert registry.gc(dry_run=True).objects == stored_files(backend)["blobs"]
+    assert registry.gc().objects != []
+    assert stored_files(backend)["blobs"] == []
     with failure("blob-not-found"):
         registry.open_blob(a.digests.archive)
     # numbers are never reused; the same program may come back as a new version
@@ -261,11 +281,9 @@ def test_cleanup_removes_leftovers_and_keeps_live_staging(
 ) -> None:
     kept = push(registry, "m", archives["conv"]).version
     orphan = "ab" * 32
-    blob_dir = backend.data_dir / "blobs"
-    (blob_dir / "ab").mkdir(exist_ok=True)
-    (blob_dir / "ab" / orphan).write_bytes(b"left by a crash")
-    (blob_dir / "ab" / "not-a-digest").write_bytes(b"?")
-    (blob_dir / "stray.tmp").write_bytes(b"?")
+    backend.put_raw(f"ab/{orphan}", b"left by a crash")
+    backend.put_raw("ab/not-a-digest", b"?")
+    backend.put_raw("stray.tmp", b"?")
     # a process that died: its lock file is there but nobody holds it
     dead = backend.data_dir / "tmp" / "host-1-dead"
     dead.mkdir()
@@ -276,7 +294,7 @@ def test_cleanup_removes_leftovers_and_keeps_live_staging(
     old = time.time() - 3600
     os.utime(claiming, (old, old))
     # another live process: its staged file must survive
-    other = BlobStore(backend.data_dir)
+    other = BlobStore(backend.settings())
     live = other.stage()
     live.write(b"being received")
     live.finish()
@@ -288,13 +306,13 @@ def test_cleanup_removes_leftovers_and_keeps_live_staging(
             "staging": [".claiming-host-2-dead", "host-1-dead"],
         }
         assert live.path.read_bytes() == b"being received"
-        assert stored_files(backend.data_dir) == {
-            "blobs": sorted({kept.digests.archive, kept.digests.graph}),
-            "staged": [f"{other.owner.name}/{live.path.name}"],
+        assert stored_files(backend) == {
+            "blobs": sorted(objects_of(registry, kept.digests.archive, kept.digests.graph)),
+            "staged": [f"{other.staging.owner.name}/{live.path.name}"],
         }
     finally:
         other.close()
-    assert not other.owner.exists()
+    assert not other.staging.owner.exists()
     assert registry.cleanup().model_dump() == {"blobs": [], "strays": [], "staging": []}
 
 
@@ -335,11 +353,18 @@ def test_concurrent_pushes_get_consecutive_numbers(
     assert len({v.digests.program for v in results}) == 8
 
 
-def test_paths_of_blobs_are_content_addressed(registry: Registry) -> None:
+def test_paths_of_blobs_are_content_addressed(registry: Registry, backend: Backend) -> None:
     staged = registry.blobs.stage_bytes(b"hello")
     digest = registry.blobs.place(staged)
     assert digest == sha256(b"hello")
-    assert registry.blobs.path(digest) == Path(registry.settings.data_dir) / "blobs" / "2c" / digest
+    objects = registry.blobs.objects
+    if isinstance(objects, LocalObjects):
+        assert objects.path(digest) == Path(registry.settings.data_dir) / "blobs" / "2c" / digest
+    else:
+        assert isinstance(objects, S3Objects)
+        assert objects.key(digest) == f"{backend.blob_url.split('/', 3)[3]}/2c/{digest}"
+    with registry.blobs.open(digest) as handle:
+        assert handle.read() == b"hello"
     assert not staged.path.exists()
     # placing the same bytes again leaves the blob and drops the staged copy
     again = registry.blobs.stage_bytes(b"hello")

@@ -1,15 +1,9 @@
-"""A content-addressed blob store: files named by their sha256, written once, never changed.
+"""Local staging of files on their way into the blob store, hashed as they are written.
 
-Layout under the data directory:
-
-- ``blobs/<first two hex digits>/<sha256 hex>``: a blob, complete and fsynced;
-- ``tmp/<owner>/``: files being received by one live process, which holds an exclusive
-  ``flock`` on ``tmp/<owner>/.lock`` for as long as it runs.
-
-A blob reaches ``blobs/`` by `rename` from the same filesystem after its bytes were fsynced, and
-the directory is fsynced after the rename, so a blob is either absent or whole after a crash.
-A crashed process's lock is released by the kernel, which is how a sweep tells its leftovers from
-a live process's uploads, across processes sharing one data directory.
+``<data_dir>/tmp/<owner>/`` holds the files being received by one live process, which holds an
+exclusive ``flock`` on ``tmp/<owner>/.lock`` for as long as it runs. A crashed process's lock is
+released by the kernel, which is how a sweep tells its leftovers from a live process's uploads,
+across processes sharing one data directory.
 """
 
 from __future__ import annotations
@@ -17,33 +11,17 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
 import secrets
 import shutil
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 _LOCK = ".lock"
 _CLAIMING = ".claiming-"
 #: a directory still being claimed this long after its creation was left by a crash.
 _CLAIM_GRACE_S = 600.0
-
-
-def is_digest(text: str) -> bool:
-    """Whether `text` is a lowercase sha256 hex digest."""
-    return _DIGEST.fullmatch(text) is not None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Staged:
@@ -98,14 +76,12 @@ class Staged:
         self.path.unlink(missing_ok=True)
 
 
-class BlobStore:
-    """Blobs under ``<root>/blobs``; this process's staged files under ``<root>/tmp/<owner>``."""
+class Staging:
+    """This process's staging directory ``<root>/tmp/<owner>``, where uploads are received and
+    archives written before their objects go to the blob store (of either backend)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.blob_dir = root / "blobs"
         self.tmp_dir = root / "tmp"
-        self.blob_dir.mkdir(parents=True, exist_ok=True)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.owner, self._lock_fd = self._claim()
 
@@ -141,68 +117,6 @@ class BlobStore:
             staged.discard()
             raise
         return staged
-
-    def path(self, digest: str) -> Path:
-        """Where the blob `digest` lives (whether or not it exists)."""
-        return self.blob_dir / digest[:2] / digest
-
-    def exists(self, digest: str) -> bool:
-        """Whether the blob is stored."""
-        return self.path(digest).is_file()
-
-    def place(self, staged: Staged) -> str:
-        """Move a finished staged file to its blob path (or drop it if the blob exists)."""
-        digest = staged.finish()
-        target = self.path(digest)
-        if target.is_file():
-            staged.discard()
-            return digest
-        folder = target.parent
-        if not folder.is_dir():
-            folder.mkdir(exist_ok=True)
-            _fsync_dir(self.blob_dir)
-        os.replace(staged.path, target)
-        _fsync_dir(folder)
-        return digest
-
-    def open(self, digest: str) -> BinaryIO:
-        """The blob for reading (FileNotFoundError if it is not stored)."""
-        return self.path(digest).open("rb")
-
-    def digests(self) -> Iterator[str]:
-        """Every stored blob's digest."""
-        for folder in sorted(self.blob_dir.iterdir()):
-            if folder.is_dir():
-                for path in sorted(folder.iterdir()):
-                    if is_digest(path.name) and path.name[:2] == folder.name:
-                        yield path.name
-
-    def strays(self) -> list[Path]:
-        """Files and folders under ``blobs/`` that are not blobs (nothing of ours writes them)."""
-        found: list[Path] = []
-        for folder in sorted(self.blob_dir.iterdir()):
-            if not (folder.is_dir() and re.fullmatch(r"[0-9a-f]{2}", folder.name)):
-                found.append(folder)
-                continue
-            found += [
-                p
-                for p in sorted(folder.iterdir())
-                if not (is_digest(p.name) and p.name[:2] == folder.name and p.is_file())
-            ]
-        return found
-
-    def remove(self, digest: str) -> None:
-        """Delete a blob (callers hold the registry's blob lock exclusively)."""
-        path = self.path(digest)
-        path.unlink(missing_ok=True)
-        _fsync_dir(path.parent)
-
-    def remove_path(self, path: Path) -> None:
-        """Delete a stray file or folder under ``blobs/``."""
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
     def sweep(self) -> list[str]:
         """Remove the staging directories of processes that are gone; their names."""

@@ -1,0 +1,60 @@
+"""What a blob store backend is: immutable objects named by the sha256 of their bytes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def is_digest(text: str) -> bool:
+    """Whether `text` is a lowercase sha256 hex digest."""
+    return _DIGEST.fullmatch(text) is not None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """An object found by listing the store: its digest, size and when it was written (epoch s)."""
+
+    digest: str
+    size: int
+    written: float
+
+
+class Objects(Protocol):
+    """A backend: objects are written whole (never visible half-written) and never changed."""
+
+    #: where the objects are, for messages (a directory or an s3:// URL)
+    location: str
+
+    def exists(self, digest: str) -> bool:
+        """Whether the object is stored."""
+        ...
+
+    def put(self, source: Path, digest: str) -> None:
+        """Store the file `source` (whose sha256 is `digest`) as that object, streamed."""
+        ...
+
+    def open(self, digest: str) -> BinaryIO:
+        """The object for reading, seekable (FileNotFoundError if it is not stored)."""
+        ...
+
+    def remove(self, digest: str) -> None:
+        """Delete the object (no error if it is gone)."""
+        ...
+
+    def listing(self) -> Iterator[Listed]:
+        """Every stored object."""
+        ...
+
+    def strays(self) -> list[str]:
+        """Names under the store's area that are not objects (nothing of ours writes them)."""
+        ...
+
+    def remove_stray(self, name: str) -> None:
+        """Delete one of `strays`."""
+        ...

@@ -1,0 +1,140 @@
+"""The local directory backend: ``<root>/<first two hex digits>/<sha256 hex>``.
+
+An object reaches its path by `rename` from the same filesystem after its bytes were fsynced,
+and the directory is fsynced after the rename, so an object is either absent or whole after a
+crash. Several processes (replicas on one machine, or on a shared filesystem) may share it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from app.registry.blobs.base import Listed, is_digest
+
+_TEMP = ".copying-"
+#: a copy into the store still unfinished this long after it started was left by a crash.
+_COPY_GRACE_S = 3600.0
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copying(path: Path) -> bool:
+    """Whether `path` is a copy another process may still be making."""
+    if not path.name.startswith(_TEMP):
+        return False
+    try:
+        return time.time() - path.stat().st_mtime < _COPY_GRACE_S
+    except FileNotFoundError:
+        return True
+
+
+class LocalObjects:
+    """Objects as files under one directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.location = str(root)
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, digest: str) -> Path:
+        """Where the object `digest` lives (whether or not it exists)."""
+        return self.root / digest[:2] / digest
+
+    def exists(self, digest: str) -> bool:
+        """Whether the object is stored."""
+        return self.path(digest).is_file()
+
+    def put(self, source: Path, digest: str) -> None:
+        """Link or copy `source` to the object's path (staging may sit on this filesystem)."""
+        target = self.path(digest)
+        if target.is_file():
+            return
+        folder = target.parent
+        if not folder.is_dir():
+            folder.mkdir(exist_ok=True)
+            _fsync_dir(self.root)
+        try:
+            # the staged file is fsynced: a link publishes it whole, or fails if it is there
+            os.link(source, target)
+        except FileExistsError:
+            return
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+            self._copy(source, target)
+        _fsync_dir(folder)
+
+    def _copy(self, source: Path, target: Path) -> None:
+        """Copy across filesystems into a temporary name, fsync, then rename into place."""
+        temp = target.parent / f"{_TEMP}{target.name}.{secrets.token_hex(4)}"
+        try:
+            shutil.copyfile(source, temp)
+            _fsync_file(temp)
+            os.replace(temp, target)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def open(self, digest: str) -> BinaryIO:
+        """The object for reading (FileNotFoundError if it is not stored)."""
+        return self.path(digest).open("rb")
+
+    def remove(self, digest: str) -> None:
+        """Delete the object."""
+        path = self.path(digest)
+        path.unlink(missing_ok=True)
+        if path.parent.is_dir():
+            _fsync_dir(path.parent)
+
+    def listing(self) -> Iterator[Listed]:
+        """Every stored object, in digest order."""
+        for folder in sorted(self.root.iterdir()):
+            if folder.is_dir():
+                for path in sorted(folder.iterdir()):
+                    if is_digest(path.name) and path.name[:2] == folder.name:
+                        stat = path.stat()
+                        yield Listed(path.name, stat.st_size, stat.st_mtime)
+
+    def strays(self) -> list[str]:
+        """Files and folders that are not objects, relative to the root."""
+        found: list[Path] = []
+        for folder in sorted(self.root.iterdir()):
+            if not (folder.is_dir() and re.fullmatch(r"[0-9a-f]{2}", folder.name)):
+                found.append(folder)
+                continue
+            found += [
+                p
+                for p in sorted(folder.iterdir())
+                if not (is_digest(p.name) and p.name[:2] == folder.name and p.is_file())
+                and not _copying(p)
+            ]
+        return [p.relative_to(self.root).as_posix() for p in found]
+
+    def remove_stray(self, name: str) -> None:
+        """Delete a stray file or folder."""
+        path = self.root / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

@@ -1,0 +1,197 @@
+"""The S3-compatible backend (AWS S3, SeaweedFS, Ceph RGW, R2, ...) through boto3.
+
+boto3 is the reference client of the S3 API, kept by AWS, and reads the standard AWS_*
+variables and config files itself; its transfer manager (s3transfer) uploads large files in
+parts, several at once, streamed from the file. Objects are ``<prefix>/<two hex>/<sha256 hex>``;
+a PUT (or a completed multipart upload) makes an object visible whole or not at all. Reads
+stream one GET from the current position, and a seek elsewhere starts a ranged GET there.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from app.registry.blobs.base import Listed, is_digest
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+MiB = 1024 * 1024
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
+_KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{64})")
+
+
+def _missing(error: ClientError) -> bool:
+    return str(error.response.get("Error", {}).get("Code", "")) in _NOT_FOUND
+
+
+def client_from_env() -> S3Client:
+    """An S3 client configured by AWS_ENDPOINT_URL, AWS_REGION and the usual credentials."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    # S3-compatible servers are addressed by path: their buckets have no DNS names
+    config = Config(
+        s3={"addressing_style": "path" if endpoint else "auto"},
+        retries={"max_attempts": 5, "mode": "standard"},
+        max_pool_connections=32,
+    )
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
+
+
+class S3Objects:
+    """Objects in one bucket under one key prefix."""
+
+    def __init__(self, bucket: str, prefix: str, part_bytes: int = 16 * MiB) -> None:
+        self.bucket = bucket
+        self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self.location = f"s3://{bucket}/{self.prefix}"
+        self.client = client_from_env()
+        self._transfer = TransferConfig(
+            multipart_threshold=part_bytes, multipart_chunksize=part_bytes, max_concurrency=4
+        )
+        self._ensure_bucket()
+
+    def _ensure_bucket(self) -> None:
+        """Create the bucket when it is missing (an embedded deployment's first start)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as error:
+            if not _missing(error):
+                raise
+            try:
+                self.client.create_bucket(Bucket=self.bucket)
+            except ClientError as again:
+                code = str(again.response.get("Error", {}).get("Code", ""))
+                if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+
+    def key(self, digest: str) -> str:
+        """The object's key."""
+        return f"{self.prefix}{digest[:2]}/{digest}"
+
+    def exists(self, digest: str) -> bool:
+        """Whether the object is stored (one HEAD)."""
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self.key(digest))
+        except ClientError as error:
+            if _missing(error):
+                return False
+            raise
+        return True
+
+    def put(self, source: Path, digest: str) -> None:
+        """Upload the file, in parts past the part size."""
+        self.client.upload_file(str(source), self.bucket, self.key(digest), Config=self._transfer)
+
+    def open(self, digest: str) -> BinaryIO:
+        """A seekable reader of the object (FileNotFoundError if it is not stored)."""
+        key = self.key(digest)
+        try:
+            size = self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"]
+        except ClientError as error:
+            if _missing(error):
+                raise FileNotFoundError(key) from None
+            raise
+        raw = _ObjectReader(self.client, self.bucket, key, size)
+        return cast(BinaryIO, io.BufferedReader(raw, buffer_size=MiB))
+
+    def remove(self, digest: str) -> None:
+        """Delete the object."""
+        self.client.delete_object(Bucket=self.bucket, Key=self.key(digest))
+
+    def _keys(self) -> Iterator[dict[str, Any]]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix
+        )
+        for page in pages:
+            yield from cast(list[dict[str, Any]], page.get("Contents", []))
+
+    def listing(self) -> Iterator[Listed]:
+        """Every stored object, in key order."""
+        for item in self._keys():
+            found = _KEY.fullmatch(str(item["Key"])[len(self.prefix) :])
+            if found and found.group(2)[:2] == found.group(1) and is_digest(found.group(2)):
+                yield Listed(found.group(2), int(item["Size"]), item["LastModified"].timestamp())
+
+    def strays(self) -> list[str]:
+        """Keys under the prefix that are not objects of ours."""
+        found = []
+        for item in self._keys():
+            rest = str(item["Key"])[len(self.prefix) :]
+            match = _KEY.fullmatch(rest)
+            if match is None or match.group(2)[:2] != match.group(1):
+                found.append(rest)
+        return found
+
+    def remove_stray(self, name: str) -> None:
+        """Delete a stray key."""
+        self.client.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{name}")
+
+
+class _ObjectReader(io.RawIOBase):
+    """An object read through one streaming GET, restarted with a Range where a seek lands."""
+
+    def __init__(self, client: S3Client, bucket: str, key: str, size: int) -> None:
+        self._client = client
+        self._bucket = bucket
+        self._key = key
+        self._size = size
+        self._pos = 0
+        self._body: Any = None
+        self._body_pos = -1
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._size - self._pos)
+        if want <= 0:
+            return 0
+        if self._body is None or self._body_pos != self._pos:
+            self._restart()
+        data = self._body.read(want)
+        if not data:
+            raise OSError(f"{self._key} ended at byte {self._pos} of {self._size}")
+        view[: len(data)] = data
+        self._pos += len(data)
+        self._body_pos = self._pos
+        return len(data)
+
+    def _restart(self) -> None:
+        self._drop()
+        answer = self._client.get_object(
+            Bucket=self._bucket, Key=self._key, Range=f"bytes={self._pos}-"
+        )
+        self._body = answer["Body"]
+        self._body_pos = self._pos
+
+    def _drop(self) -> None:
+        if self._body is not None:
+            self._body.close()
+            self._body = None
+
+    def close(self) -> None:
+        self._drop()
+        super().close()

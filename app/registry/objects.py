@@ -1,0 +1,139 @@
+"""The registry's record of blob objects and of how stored archives are made of them.
+
+A push claims its objects (a row each, touched now) before it uploads the ones not stored yet,
+and in the transaction that adds its version (holding the blob lock shared) it stores again
+whatever gc took meanwhile and marks every one present. Gc holds the lock exclusively while it
+deletes, so no version is ever committed over an object gc removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    DateTime,
+    Index,
+    String,
+    Table,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.registry.db import metadata, now
+from app.registry.packing import Layout
+
+blob_objects = Table(
+    "blob_objects",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    #: False while a push is storing it (or was, when it died)
+    Column("present", Boolean, nullable=False),
+    Column("touched_at", DateTime(timezone=True), nullable=False),
+)
+
+blob_archives = Table(
+    "blob_archives",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    Column("skeleton", String(64), nullable=False),
+    Column("holes", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+archive_objects = Table(
+    "blob_archive_objects",
+    metadata,
+    Column("archive_digest", String(64), primary_key=True),
+    Column("object_digest", String(64), primary_key=True),
+    Index("ix_blob_archive_objects_object_digest", "object_digest"),
+)
+
+
+def _insert(conn: Connection) -> Any:
+    return (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
+
+
+def claim(conn: Connection, sizes: dict[str, int]) -> set[str]:
+    """Touch each object's row (adding it as not present); those already present."""
+    stamp = now()
+    for digest, size in sorted(sizes.items()):
+        conn.execute(
+            _insert(conn)(blob_objects)
+            .values(digest=digest, size=size, present=False, touched_at=stamp)
+            .on_conflict_do_update(index_elements=["digest"], set_={"touched_at": stamp})
+        )
+    return present(conn, sizes)
+
+
+def present(conn: Connection, digests: Iterable[str]) -> set[str]:
+    """Which of `digests` are recorded as stored."""
+    wanted = sorted(set(digests))
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        found.update(
+            conn.execute(
+                select(blob_objects.c.digest).where(
+                    blob_objects.c.digest.in_(wanted[start : start + 500]), blob_objects.c.present
+                )
+            ).scalars()
+        )
+    return found
+
+
+def mark_present(conn: Connection, sizes: dict[str, int]) -> None:
+    """Record the objects as stored."""
+    stamp = now()
+    for digest, size in sorted(sizes.items()):
+        conn.execute(
+            _insert(conn)(blob_objects)
+            .values(digest=digest, size=size, present=True, touched_at=stamp)
+            .on_conflict_do_update(
+                index_elements=["digest"], set_={"present": True, "touched_at": stamp}
+            )
+        )
+
+
+def record_archive(conn: Connection, digest: str, layout: Layout) -> None:
+    """Remember how the archive `digest` is made (once: the same bytes, the same layout)."""
+    if conn.execute(select(blob_archives.c.digest).where(blob_archives.c.digest == digest)).first():
+        return
+    conn.execute(
+        blob_archives.insert().values(
+            digest=digest,
+            size=layout.size,
+            skeleton=layout.skeleton,
+            holes=layout.to_json(),
+            created_at=now(),
+        )
+    )
+    conn.execute(
+        archive_objects.insert(),
+        [{"archive_digest": digest, "object_digest": d} for d in sorted(layout.objects())],
+    )
+
+
+def layout_of(conn: Connection, digest: str) -> Layout | None:
+    """The layout of a stored archive (None for one stored whole, before issue 16)."""
+    row = conn.execute(select(blob_archives).where(blob_archives.c.digest == digest)).first()
+    return None if row is None else Layout.of(row.size, row.skeleton, row.holes)
+
+
+def touched_before(conn: Connection, cutoff: datetime) -> dict[str, bool]:
+    """Objects whose row was last touched before `cutoff`, with whether they are present."""
+    return {
+        r.digest: bool(r.present)
+        for r in conn.execute(
+            select(blob_objects.c.digest, blob_objects.c.present).where(
+                blob_objects.c.touched_at < cutoff
+            )
+        )
+    }

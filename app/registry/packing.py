@@ -1,0 +1,182 @@
+"""An archive as its skeleton plus one object per distinct tensor payload, and back.
+
+The archives the registry serves are written by our writer with every member stored (not
+deflated), so a tensor payload is one contiguous span of the archive: the zip's local header
+gives where it starts. The skeleton is everything else (headers, documents, configs, central
+directory), concatenated; the holes list each payload's offset in the archive, its length and
+its sha256. A payload shared by versions or models (a base model's unchanged layers) is stored
+once. Rebuilding interleaves skeleton bytes and payload objects; a read at any offset finds its
+segment by bisection and reads only the objects it covers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+from app.archive.pt2 import CONSTANTS_CONFIG, CONSTANTS_DIR, WEIGHTS_CONFIG, WEIGHTS_DIR
+from app.archive.zipread import ZipReader
+from app.registry.blobs import Staged
+from app.settings import Limits
+
+_CHUNK = 1 << 20
+#: what the names of the weights and constants configs end with (they name their model first)
+_CONFIGS = (WEIGHTS_CONFIG.split("{}")[1], CONSTANTS_CONFIG.split("{}")[1])
+
+
+@dataclass(frozen=True)
+class Hole:
+    """A tensor payload: its offset in the archive, its length, its object's digest."""
+
+    offset: int
+    size: int
+    digest: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How to rebuild an archive: its size, its skeleton's digest and its holes in order."""
+
+    size: int
+    skeleton: str
+    holes: tuple[Hole, ...]
+
+    def to_json(self) -> list[list[Any]]:
+        """The holes as a JSON value (the other fields have columns of their own)."""
+        return [[h.offset, h.size, h.digest] for h in self.holes]
+
+    @classmethod
+    def of(cls, size: int, skeleton: str, holes: list[list[Any]]) -> Layout:
+        """A layout from its stored columns."""
+        return cls(size, skeleton, tuple(Hole(int(o), int(n), str(d)) for o, n, d in holes))
+
+    def objects(self) -> set[str]:
+        """Every object the archive is made of."""
+        return {self.skeleton, *(h.digest for h in self.holes)}
+
+
+def _is_payload(name: str) -> bool:
+    relative = name.split("/", 1)[-1]
+    return relative.startswith((WEIGHTS_DIR, CONSTANTS_DIR)) and not relative.endswith(_CONFIGS)
+
+
+def _copy(source: BinaryIO, size: int, *sinks: Callable[[bytes], object]) -> None:
+    while size > 0:
+        chunk = source.read(min(_CHUNK, size))
+        if not chunk:
+            raise OSError("the staged archive is shorter than its zip directory says")
+        size -= len(chunk)
+        for sink in sinks:
+            sink(chunk)
+
+
+def split(
+    archive: Path, skeleton: Staged, payload: Callable[[], Staged], limits: Limits
+) -> tuple[Layout, dict[str, Staged]]:
+    """Cut a finished staged archive into `skeleton` and one staged file per distinct payload
+    (made by `payload`); the layout and the payloads by digest (the caller places or drops
+    them, and the skeleton)."""
+    with ZipReader(archive, limits, single_root=False) as reader:
+        spans = sorted(
+            (m.data_offset, m.size)
+            for m in reader.members.values()
+            if m.method == 0 and m.size > 0 and _is_payload(m.name)
+        )
+    holes: list[Hole] = []
+    payloads: dict[str, Staged] = {}
+    with archive.open("rb") as source:
+        size = source.seek(0, 2)
+        source.seek(0)
+        at = 0
+        for offset, length in spans:
+            _copy(source, offset - at, skeleton.write)
+            staged = payload()
+            _copy(source, length, staged.write)
+            digest = staged.finish()
+            if digest in payloads:
+                staged.discard()
+            else:
+                payloads[digest] = staged
+            holes.append(Hole(offset, length, digest))
+            at = offset + length
+        _copy(source, size - at, skeleton.write)
+    return Layout(size, skeleton.finish(), tuple(holes)), payloads
+
+
+class Rebuilt(io.RawIOBase):
+    """The archive a layout describes, readable and seekable, opening objects as reads reach
+    them (`open` gives an object's seekable reader)."""
+
+    def __init__(self, layout: Layout, open_object: Callable[[str], BinaryIO]) -> None:
+        self._open = open_object
+        self._size = layout.size
+        self._pos = 0
+        # segments: (archive start, archive end, object digest, offset in the object)
+        self._segments: list[tuple[int, int, str, int]] = []
+        at = skel = 0
+        for hole in layout.holes:
+            if hole.offset > at:
+                self._segments.append((at, hole.offset, layout.skeleton, skel))
+                skel += hole.offset - at
+            self._segments.append((hole.offset, hole.offset + hole.size, hole.digest, 0))
+            at = hole.offset + hole.size
+        if layout.size > at:
+            self._segments.append((at, layout.size, layout.skeleton, skel))
+        self._starts = [s[0] for s in self._segments]
+        self._skeleton = layout.skeleton
+        # opened now: an archive gc took fails before an answer starts, not in its middle
+        self._handles: dict[str, BinaryIO] = {layout.skeleton: open_object(layout.skeleton)}
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos >= self._size or not view:
+            return 0
+        index = bisect.bisect_right(self._starts, self._pos) - 1
+        start, end, digest, inner = self._segments[index]
+        want = min(len(view), end - self._pos)
+        handle = self._handle(digest)
+        handle.seek(inner + self._pos - start)
+        data = handle.read(want)
+        if len(data) != want:
+            raise OSError(f"the object {digest} is shorter than the archive's layout says")
+        view[:want] = data
+        self._pos += want
+        return want
+
+    def _handle(self, digest: str) -> BinaryIO:
+        """The object's reader; one payload is kept open at a time, and the skeleton."""
+        handle = self._handles.get(digest)
+        if handle is None:
+            for other in [d for d in self._handles if d != self._skeleton]:
+                self._handles.pop(other).close()
+            handle = self._handles[digest] = self._open(digest)
+        return handle
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+        super().close()
+
+
+def rebuilt(layout: Layout, open_object: Callable[[str], BinaryIO]) -> BinaryIO:
+    """The rebuilt archive as a buffered binary file."""
+    return cast(BinaryIO, io.BufferedReader(Rebuilt(layout, open_object), buffer_size=_CHUNK))
