@@ -34,16 +34,6 @@ def digit_runs(data: bytes, at_least: int) -> Iterator[tuple[int, int]]:
         start = mask.find(run, end)
 
 
-#: What check_bounds can find; read_document refuses a document with any of them.
-BOUNDS_CODES = (
-    "document-too-large",
-    "document-too-deep",
-    "document-string-too-long",
-    "document-number-too-long",
-    "document-too-many-nodes",
-)
-
-
 def check_bounds(data: bytes, limits: Limits) -> list[Finding]:
     """Size, nesting, string, number and node bounds, from the raw bytes before any parse."""
     if len(data) > limits.max_json_bytes:
