@@ -57,10 +57,6 @@ class FindingList:
         if self._counts[code] <= MAX_FINDINGS_PER_CODE:
             self._items.append(Finding(code=code, severity=severity, path=path, message=message))
 
-    def error(self, code: str, path: str, message: str) -> None:
-        """Record an error."""
-        self.add(code, "error", path, message)
-
     def extend(self, findings: Iterable[Finding]) -> None:
         """Record findings made elsewhere."""
         for f in findings:
