@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from app.api import (
     catalogue,
     docs,
     health,
+    org,
     problems,
     programs,
     registry,
@@ -20,27 +21,34 @@ from app.api import (
     views,
     webhooks,
 )
+from app.api.auth import (
+    AUTH_PROBLEMS,
+    CREDENTIAL_PROBLEMS,
+    read_or_stateless,
+    stateless,
+)
 from app.api.deps import LazyPool
+from app.api.problems import problem_responses
 from app.settings import Settings
-
-
 from app.workers.admission import Admission
 from app.workers.documents import DocumentRunner
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; torch workers start at the first torch job, not here."""
     settings = settings or Settings.from_env()
     pool = LazyPool(settings)
+    documents = DocumentRunner(settings)
 
     @asynccontextmanager
-    documents = DocumentRunner(settings)
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
             pool.close()
+            documents.close()
 
     app = FastAPI(
-            documents.close()
         title="pt2serde",
         version="0.1.0",
         summary="Serialize, deserialize, canonicalize and validate torch exported programs.",
@@ -48,18 +56,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.pool = pool
-    for exc_type, handler in problems.HANDLERS.items():
-        app.add_exception_handler(exc_type, handler)
     app.state.documents = documents
     app.state.admission = Admission.of(settings)
+    for exc_type, handler in problems.HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
     app.include_router(health.router)
     app.include_router(schemas.router)
-    app.include_router(programs.router)
+    app.include_router(
+        programs.router,
+        dependencies=[Depends(stateless)],
+        responses=problem_responses(*CREDENTIAL_PROBLEMS),
+    )
     app.include_router(registry.router)
     app.include_router(search.router)
     app.include_router(webhooks.router)
     app.include_router(catalogue.router)
-    app.include_router(views.router)
+    app.include_router(
+        views.router,
+        dependencies=[Depends(read_or_stateless)],
+        responses=problem_responses(*AUTH_PROBLEMS),
+    )
+    app.include_router(org.router)
     app.include_router(ui.router)
     docs.install(app)
     return app

@@ -39,8 +39,10 @@ bearer = HTTPBearer(
     description="An API token (`pt2serde token create`, or PT2SERDE_ADMIN_TOKEN).",
 )
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-#: the problems every route that needs credentials can answer with.
-AUTH_PROBLEMS = ("unauthenticated", "token-expired", "token-revoked", "forbidden")
+#: the problems of missing or invalid credentials (401), and of a route that also checks
+#: permissions (403 too).
+CREDENTIAL_PROBLEMS = ("unauthenticated", "token-expired", "token-revoked")
+AUTH_PROBLEMS = (*CREDENTIAL_PROBLEMS, "forbidden")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,15 @@ from pydantic import BaseModel, Field
 
 from app import operations as ops
 from app.api import graphs
+from app.api.auth import (
+    AUTH_PROBLEMS,
+    CallerDep,
+    ManageDep,
+    ReadDep,
+    WriteDep,
+    ensure,
+    has,
+)
 from app.api.deps import PoolDep, SettingsDep
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
@@ -58,10 +67,19 @@ _ZIP = "application/zip"
 _JSON = "application/json"
 _FILE_PARTS = ("file", "archive")
 
-_NAME_PROBLEMS = ("invalid-name", "model-not-found", "registry-unavailable", "request-invalid")
+_NAME_PROBLEMS = (
+    *AUTH_PROBLEMS,
+    "invalid-name",
+    "model-not-found",
+    "registry-unavailable",
+    "request-invalid",
+)
 _REF_PROBLEMS = (*_NAME_PROBLEMS, "version-not-found", "alias-not-found")
 _CONTENT_PROBLEMS = (*_REF_PROBLEMS, "version-deleted")
 _PUSH_PROBLEMS = (
+    *AUTH_PROBLEMS,
+    "rate-limited",
+    "quota-exceeded",
     "invalid-name",
     "invalid-program",
     "registry-unavailable",
@@ -156,21 +174,25 @@ _BYTES = {"schema": {"type": "string", "format": "binary"}}
 @router.get(
     "/models",
     response_model=ModelPage,
-    responses=problem_responses("registry-unavailable", "request-invalid"),
+    responses=problem_responses(*AUTH_PROBLEMS, "registry-unavailable", "request-invalid"),
 )
 def list_models(
+    who: CallerDep,
     registry: RegistryDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: str | None = None,
 ) -> ModelPage:
-    """Models in name order, a page at a time (`after`: the previous page's `next`)."""
-    return registry.models(limit, after)
+    """Models in name order, a page at a time (`after`: the previous page's `next`); only those
+    the caller may read, so a page can be shorter than `limit` and still have a `next`."""
+    page = registry.models(limit, after)
+    readable = registry.access.readable(who.identity, [m.name for m in page.models])
+    return ModelPage(models=[m for m in page.models if m.name in readable], next=page.next)
 
 
 @router.get(
     "/models/{name}", response_model=ModelInfo, responses=problem_responses(*_NAME_PROBLEMS)
 )
-def get_model(name: str, registry: RegistryDep) -> ModelInfo:
+def get_model(name: str, who: ReadDep, registry: RegistryDep) -> ModelInfo:
     """A model: its newest version, how many versions are live, its aliases."""
     return registry.model(name)
 
@@ -188,6 +210,7 @@ def get_model(name: str, registry: RegistryDep) -> ModelInfo:
 )
 def push_version(
     name: str,
+    who: WriteDep,
     staged: StagedDep,
     pool: PoolDep,
     registry: RegistryDep,
@@ -201,7 +224,7 @@ def push_version(
     inputs torch's weights_only loader cannot be proven to read are left out (a warning says
     so). The same program (by program digest) pushed again answers its existing version with
     200."""
-    pushed = registry.push(name, registry.prepare(staged.path, pool, model))
+    pushed = registry.push(name, registry.prepare(staged.path, pool, model), who.actor)
     info = pushed.version
     response.status_code = 201 if pushed.created else 200
     response.headers["Location"] = f"/v1/models/{name}/versions/{info.version}"
@@ -217,6 +240,7 @@ def push_version(
 )
 def list_versions(
     name: str,
+    who: ReadDep,
     registry: RegistryDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[int | None, Query(ge=0, le=MAX_VERSION)] = None,
@@ -231,7 +255,7 @@ def list_versions(
     response_model=VersionInfo,
     responses=problem_responses(*_REF_PROBLEMS),
 )
-def get_version(name: str, ref: str, registry: RegistryDep) -> VersionInfo:
+def get_version(name: str, ref: str, who: ReadDep, registry: RegistryDep) -> VersionInfo:
     """A version's metadata (`ref`: a number, an alias or ``latest``), deleted ones included."""
     return registry.version(name, ref)
 
@@ -239,17 +263,22 @@ def get_version(name: str, ref: str, registry: RegistryDep) -> VersionInfo:
 @router.delete(
     "/models/{name}/versions/{ref}",
     response_model=VersionInfo,
-    responses=problem_responses(*_CONTENT_PROBLEMS),
+    responses=problem_responses(*_CONTENT_PROBLEMS, "version-has-aliases"),
 )
 def delete_version(
     name: str,
     ref: str,
+    who: ManageDep,
     registry: RegistryDep,
     reason: Annotated[str, Query(min_length=1, max_length=2000)],
+    detach_aliases: Annotated[
+        bool, Query(description="remove the aliases naming it (else: 409 version-has-aliases)")
+    ] = False,
 ) -> VersionInfo:
-    """Soft-delete a version: it stays listed with the reason; its aliases are removed and its
-    blobs collected once no live version refers to them."""
-    return registry.delete_version(name, ref, reason)
+    """Soft-delete a version: it stays listed with the reason; its blobs are collected once no
+    live version refers to them. A version aliases name is refused (409) unless
+    `detach_aliases`, which removes them, each recorded in the audit log."""
+    return registry.delete_version(name, ref, reason, who.actor, detach_aliases)
 
 
 @router.get(
@@ -262,7 +291,9 @@ def delete_version(
         **problem_responses(*_CONTENT_PROBLEMS, "range-not-satisfiable"),
     },
 )
-def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
+def get_archive(
+    name: str, ref: str, who: ReadDep, request: Request, registry: RegistryDep
+) -> Response:
     """The .pt2, streamed; ETag is its sha256 (the archive digest, which covers every byte
     served); Range and If-None-Match are honoured."""
     info, handle = registry.open_content(name, ref, "archive")
@@ -281,7 +312,9 @@ def get_archive(name: str, ref: str, request: Request, registry: RegistryDep) ->
         **problem_responses(*_CONTENT_PROBLEMS),
     },
 )
-def get_document(name: str, ref: str, registry: RegistryDep, settings: SettingsDep) -> Response:
+def get_document(
+    name: str, ref: str, who: ReadDep, registry: RegistryDep, settings: SettingsDep
+) -> Response:
     """The program's document as the archive holds it (torch's wire JSON)."""
     info, handle = registry.open_content(name, ref, "archive")
     with handle, open_archive(handle, settings.limits) as archive:
@@ -302,7 +335,9 @@ def get_document(name: str, ref: str, registry: RegistryDep, settings: SettingsD
         **problem_responses(*_CONTENT_PROBLEMS, "range-not-satisfiable"),
     },
 )
-def get_canonical(name: str, ref: str, request: Request, registry: RegistryDep) -> Response:
+def get_canonical(
+    name: str, ref: str, who: ReadDep, request: Request, registry: RegistryDep
+) -> Response:
     """The canonical document's bytes, with the digests as headers."""
     info, handle = registry.open_content(name, ref, "canonical")
     return bytes_response(request, handle, info.digests.graph, _JSON, _digest_headers(info))
@@ -316,6 +351,7 @@ def get_canonical(name: str, ref: str, request: Request, registry: RegistryDep) 
 def get_diff(
     name: str,
     ref: str,
+    who: ReadDep,
     against: Annotated[
         str, Query(description="a version of this model, or `model:ref` of another one")
     ],
@@ -326,6 +362,8 @@ def get_diff(
     version of another model, as model names have no colon) to this one: two registry versions
     diff without uploading either."""
     other, _, against_ref = against.rpartition(":")
+    if other:
+        ensure(registry, who, other, "read")
     with (
         registry.source(other or name, against_ref) as (was, old),
         registry.source(name, ref) as (now, new),
@@ -343,11 +381,13 @@ class TagValue(BaseModel):
 @router.put(
     "/models/{name}/versions/{ref}/tags/{key}",
     response_model=VersionInfo,
-    responses=problem_responses(*_CONTENT_PROBLEMS, "bad-request"),
+    responses=problem_responses(*_CONTENT_PROBLEMS, "bad-request", "quota-exceeded"),
 )
-def put_tag(name: str, ref: str, key: str, body: TagValue, registry: RegistryDep) -> VersionInfo:
+def put_tag(
+    name: str, ref: str, key: str, body: TagValue, who: WriteDep, registry: RegistryDep
+) -> VersionInfo:
     """Set a free-form tag on a live version."""
-    return registry.set_tag(name, ref, key, body.value)
+    return registry.set_tag(name, ref, key, body.value, who.actor)
 
 
 @router.delete(
@@ -355,36 +395,44 @@ def put_tag(name: str, ref: str, key: str, body: TagValue, registry: RegistryDep
     response_model=VersionInfo,
     responses=problem_responses(*_CONTENT_PROBLEMS, "tag-not-found"),
 )
-def delete_tag(name: str, ref: str, key: str, registry: RegistryDep) -> VersionInfo:
+def delete_tag(name: str, ref: str, key: str, who: WriteDep, registry: RegistryDep) -> VersionInfo:
     """Remove a tag from a live version."""
-    return registry.delete_tag(name, ref, key)
+    return registry.delete_tag(name, ref, key, who.actor)
 
 
 class AliasTarget(BaseModel):
     """The version an alias names."""
 
     version: int = Field(ge=1, le=MAX_VERSION)
+    #: mark (True) or unmark (False) the alias protected; None keeps its mark. Needs manage.
+    protected: bool | None = None
 
 
 @router.put(
     "/models/{name}/aliases/{alias}",
     response_model=AliasInfo,
-    responses=problem_responses(*_CONTENT_PROBLEMS, "bad-request"),
+    responses=problem_responses(
+        *_CONTENT_PROBLEMS, "bad-request", "alias-protected", "quota-exceeded"
+    ),
 )
-def put_alias(name: str, alias: str, body: AliasTarget, registry: RegistryDep) -> AliasInfo:
-    """Point an alias (``champion``, ``staging``, ...) at a live version, or move it."""
-    return registry.set_alias(name, alias, body.version)
+def put_alias(
+    name: str, alias: str, body: AliasTarget, who: WriteDep, registry: RegistryDep
+) -> AliasInfo:
+    """Point an alias (``champion``, ``staging``, ...) at a live version, or move it. A
+    protected alias (``protected``: true), and the mark itself, need manage; others write."""
+    manage = has(registry, who, name, "manage")
+    return registry.set_alias(name, alias, body.version, who.actor, body.protected, manage)
 
 
 @router.delete(
     "/models/{name}/aliases/{alias}",
     status_code=204,
     response_class=Response,
-    responses=problem_responses(*_REF_PROBLEMS),
+    responses=problem_responses(*_REF_PROBLEMS, "alias-protected"),
 )
-def delete_alias(name: str, alias: str, registry: RegistryDep) -> Response:
-    """Remove an alias."""
-    registry.delete_alias(name, alias)
+def delete_alias(name: str, alias: str, who: WriteDep, registry: RegistryDep) -> Response:
+    """Remove an alias (a protected one needs manage)."""
+    registry.delete_alias(name, alias, who.actor, has(registry, who, name, "manage"))
     return Response(status_code=204)
 
 
@@ -395,11 +443,15 @@ def delete_alias(name: str, alias: str, registry: RegistryDep) -> Response:
         200: {"content": {_ZIP: _BYTES, _JSON: {}}, "description": "A .pt2 or canonical document"},
         206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag (the digest)"},
-        **problem_responses("blob-not-found", "registry-unavailable", "range-not-satisfiable"),
+        **problem_responses(
+            *AUTH_PROBLEMS, "blob-not-found", "registry-unavailable", "range-not-satisfiable"
+        ),
     },
 )
-def get_blob(digest: str, request: Request, registry: RegistryDep) -> Response:
-    """A stored blob by its sha256 (a .pt2 or a canonical document a live version refers to)."""
+def get_blob(digest: str, who: CallerDep, request: Request, registry: RegistryDep) -> Response:
+    """A stored blob by its sha256 (a .pt2 or a canonical document a live version refers to),
+    for a caller who may read a model with such a version."""
+    registry.access.ensure_blob(who.identity, digest)
     kind, handle = registry.open_blob(digest)
     return bytes_response(request, handle, digest, _ZIP if kind == "archive" else _JSON, {})
 

@@ -17,8 +17,8 @@ import orjson
 import pytest
 import torch
 
+from app import client as registry_client
 from app import operations as ops
-from app.registry import client as registry_client
 from app.settings import Settings
 from tests.cli.test_cli import run as run_cli
 from tests.programs import ZooProgram, outputs_close, torch_json
@@ -229,7 +229,10 @@ def test_aliases_tags_diff_and_delete(client: httpx.Client, archives: dict[str, 
     problem(client.get(f"{base}/versions/3/diff"), 422, "request-invalid")
 
     problem(client.delete(f"{base}/versions/2"), 422, "request-invalid")
-    deleted = client.delete(f"{base}/versions/champion", params={"reason": "leaked test data"})
+    reason = {"reason": "leaked test data"}
+    problem(client.delete(f"{base}/versions/champion", params=reason), 409, "version-has-aliases")
+    assert client.get(f"{base}/versions/champion").json()["version"] == 2
+    deleted = client.delete(f"{base}/versions/champion", params={**reason, "detach_aliases": True})
     assert deleted.status_code == 200
     assert (deleted.json()["deleted_reason"], deleted.json()["aliases"]) == ("leaked test data", [])
     assert client.get(f"{base}/versions/2").json()["deleted_at"] is not None
