@@ -58,7 +58,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tracked(clone: Path) -> list[str]:
     """Every committed file of the `schema` and `app` packages."""
     listed = _ok(_run(["git", "ls-files", "schema", "app"], clone)).split()
-    assert "app/cli.py" in listed
+    assert "app/cli/__init__.py" in listed
     assert "schema/py.typed" in listed
     return listed
 

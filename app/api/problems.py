@@ -165,8 +165,6 @@ register(
 register(
     503,
     registry_unavailable="The registry's database or blob store cannot be used",
-    server_unreachable="The registry server cannot be reached (client side)",
-    download_corrupt="Downloaded bytes do not match their digest (client side)",
 )
 
 

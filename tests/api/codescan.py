@@ -8,6 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: Calls whose first argument is a problem code.
 _RAISERS = ("Failure", "ServiceError", "UnsafeProgram", "UnsafeExpression")
+#: The client's side: the CLI and its HTTP client, whose own codes app/cli/codes.py lists.
+CLIENT_SIDE = ("app/cli/", "app/client.py")
 #: Modules whose findings are raised as problems (the screen refuses, bounds refuse).
 _REFUSING_FINDINGS = {"app/programs/screen.py"}
 
@@ -33,11 +35,13 @@ def _advisory(call: ast.Call) -> bool:
     return len(call.args) > 1 and _strings(call.args[1]) in (["info"], ["warning"])
 
 
-def raised_codes() -> dict[str, set[str]]:
-    """code -> the files that raise it."""
+def raised_codes(client: bool = False) -> dict[str, set[str]]:
+    """code -> the files that raise it, on the server's side (or with `client`, the client's)."""
     found: dict[str, set[str]] = {}
     for path in sorted([*ROOT.glob("app/**/*.py"), *ROOT.glob("schema/**/*.py")]):
         rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(CLIENT_SIDE) != client:
+            continue
         tree = ast.parse(path.read_text(), rel)
         for node in ast.walk(tree):
             codes: list[str] = []

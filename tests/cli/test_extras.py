@@ -73,6 +73,6 @@ def test_other_missing_modules_are_not_hidden(monkeypatch: pytest.MonkeyPatch) -
     def broken(args: Any) -> int:
         raise ModuleNotFoundError("No module named 'nonexistent'", name="nonexistent")
 
-    monkeypatch.setattr(cli, "_schema_versions", broken)
+    monkeypatch.setattr(cli.schemas, "_versions", broken)
     with pytest.raises(ModuleNotFoundError):
         cli.main(["schema", "versions"])

@@ -1,9 +1,9 @@
-"""A client of a registry server, for `pt2serde push|pull|versions|alias`.
+"""The HTTP client the CLI uses against a server (`pt2serde push|pull|versions|alias`).
 
 Every function takes the server's base URL (``http://host:8000``) and raises `ClientFailure`:
 with the server's problem code when it answered with one, ``server-unreachable`` when it could
 not be reached (or answered without a problem), ``download-corrupt`` when pulled bytes do not
-hash to the digest the server gave for them.
+hash to the digest the server gave for them (the client's own codes: app/cli/codes.py).
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ def _raise_for(response: httpx.Response) -> None:
 
 @contextlib.contextmanager
 def _client(timeout: float) -> Iterator[httpx.Client]:
+    token = os.environ.get("PT2SERDE_TOKEN", "")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+        with httpx.Client(timeout=timeout, follow_redirects=False, headers=headers) as client:
             yield client
     except httpx.TransportError as exc:
         raise ClientFailure("server-unreachable", f"the registry cannot be reached: {exc}") from exc
@@ -128,32 +130,24 @@ def pull(
 
 
 def _save(response: httpx.Response, dest: Path, digest: str, progress: Progress | None) -> None:
-    """The body into a temporary file beside `dest`, checked, fsynced, then renamed."""
+    """The body written to `dest` whole or not at all, and only when it hashes to `digest`."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = files.temporary_beside(dest)
-    try:
-        hasher = hashlib.sha256()
-        length = response.headers.get("content-length", "")
-        total = int(length) if length.isdigit() else 0
-        received = 0
-        with os.fdopen(fd, "wb") as out:
-            for chunk in response.iter_bytes(_CHUNK):
-                hasher.update(chunk)
-                out.write(chunk)
-                received += len(chunk)
-                if progress is not None:
-                    progress(received, total)
-            out.flush()
-            os.fsync(out.fileno())
+    hasher = hashlib.sha256()
+    length = response.headers.get("content-length", "")
+    total = int(length) if length.isdigit() else 0
+    received = 0
+    with files.atomic_writer(dest) as out:
+        for chunk in response.iter_bytes(_CHUNK):
+            hasher.update(chunk)
+            out.write(chunk)
+            received += len(chunk)
+            if progress is not None:
+                progress(received, total)
         if hasher.hexdigest() != digest:
             raise ClientFailure(
                 "download-corrupt",
                 f"the downloaded archive hashes to {hasher.hexdigest()}, not {digest}",
             )
-        files.publish(temp, dest)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def versions(
@@ -186,3 +180,18 @@ def alias(
         )
     _raise_for(response)
     return AliasInfo.model_validate_json(response.content)
+
+
+def call(
+    url: str,
+    method: str,
+    *parts: str | int,
+    params: dict[str, Any] | None = None,
+    json: Any = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+) -> Any:
+    """One JSON request to the service's /v1/<parts>; its decoded answer (None when empty)."""
+    with _client(timeout) as client:
+        response = client.request(method, _url(url, *parts), params=params, json=json)
+    _raise_for(response)
+    return response.json() if response.content else None

@@ -1,0 +1,226 @@
+"""The program commands: serialize, deserialize, canonicalize, hash, validate, diff, inspect."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+import schema
+from app import files
+from app import operations as ops
+from app.cli.common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    Parser,
+    Progress,
+    emit,
+    source,
+    step,
+    usage_error,
+    write_output,
+)
+from app.cli.render import render_view
+from app.programs.diff import render_text
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.cli.common import Subcommands
+
+
+def _pool(settings: Settings) -> Any:
+    from app.bridge import WorkerPool
+
+    return WorkerPool(settings.model_copy(update={"workers": 1}))
+
+
+class _LazyPool:
+    """One torch worker, started by the first job: a request refused before it starts none."""
+
+    def __init__(self, settings: Settings, stack: ExitStack) -> None:
+        self.settings = settings
+        self.stack = stack
+        self.pool: Any = None
+
+    def submit(self, job: str, *args: object) -> object:
+        """Run a torch job in the worker, starting it first if need be."""
+        if self.pool is None:
+            self.pool = self.stack.enter_context(_pool(self.settings))
+        return self.pool.submit(job, *args)
+
+
+def _serialize(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    with source(args, settings) as opened:
+        step(args, "reading and screening documents, hashing weights")
+        result = ops.serialize(opened, settings)
+        if args.weights:
+            step(args, f"writing {args.weights}")
+            write_output(args.weights, ops.weights_safetensors(opened))
+    data = {
+        "documents": {n: orjson.Fragment(schema.dump(d)) for n, d in result.documents.items()},
+        "weights": [w.model_dump(mode="json") for w in result.weights],
+    }
+    if args.output:
+        write_output(args.output, orjson.dumps(data))
+    total = sum(w.nbytes for w in result.weights)
+    lines = [
+        f"{name}: {len(doc.graph_module.graph.nodes)} call nodes, schema "
+        f"{doc.schema_version.major}.{doc.schema_version.minor}, torch {doc.torch_version}"
+        for name, doc in result.documents.items()
+    ]
+    lines.append(f"weights: {len(result.weights)} tensors, {total / 1e6:.2f} MB")
+    emit(args, {"weights": data["weights"], "models": sorted(result.documents)}, "\n".join(lines))
+    return EXIT_OK
+
+
+def _deserialize(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    weights = Path(args.weights) if args.weights else None
+    output = Path(args.output)
+    # the worker writes a file beside the output, renamed over it only once it is whole
+    with files.atomic_path(output) as partial:
+        with source(args, settings) as opened, ExitStack() as stack:
+            pool = _LazyPool(settings, stack)
+            tensors = ops.weights_from(weights, opened, args.model)
+            step(args, f"building the program with torch ({len(tensors)} tensors)")
+            ops.deserialize_to(opened, tensors, settings, pool, partial, args.model)
+    size = output.stat().st_size
+    emit(args, {"output": args.output, "bytes": size}, f"wrote {args.output} ({size} bytes)")
+    return EXIT_OK
+
+
+def _canonicalize(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    with source(args, settings) as opened:
+        step(args, "canonicalizing and hashing")
+        result = ops.canonical(opened, settings, args.model)
+    if args.output:
+        write_output(args.output, result.data)
+    digests = {
+        "graph": result.digests.graph,
+        "weights": result.digests.weights,
+        "program": result.digests.program,
+    }
+    human = "\n".join(f"{k:8} {v}" for k, v in digests.items())
+    if args.output != "-":
+        emit(args, {"model": result.model, "digests": digests}, human)
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if args.weights and args.level != "torch":
+        return usage_error("--weights is checked at --level torch only")
+    settings = Settings.from_env()
+    with source(args, settings) as opened:
+        step(args, f"validating at level {args.level}")
+        if args.level == "torch":
+            weights = Path(args.weights) if args.weights else None
+            with ExitStack() as stack:
+                pool = _LazyPool(settings, stack)
+                report = ops.validate(opened, args.level, settings, pool, args.model, weights)
+        else:
+            report = ops.validate(opened, args.level, settings, None, args.model)
+    lines = [
+        f"{'valid' if report.valid else 'INVALID'} at level {report.level}; "
+        f"schema >= {report.min_schema_version or '?'}, "
+        f"torch >= {report.oldest_torch_release or '?'}"
+    ]
+    lines += [f"  {f.severity:7} {f.code:28} {f.path or '/'}  {f.message}" for f in report.findings]
+    if report.namespaces_to_register:
+        lines.append(f"  register first: {', '.join(report.namespaces_to_register)}")
+    emit(args, report.model_dump(mode="json"), "\n".join(lines))
+    return EXIT_OK if report.valid else EXIT_INVALID
+
+
+def _diff(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    old, new = Path(args.input), Path(args.new)
+    progress = Progress(args, old.stat().st_size + new.stat().st_size)
+    progress.step(f"opening {old} and {new}")
+    with (
+        ops.open_source(old, ops.media_of(old), settings) as was,
+        ops.open_source(new, ops.media_of(new), settings) as now,
+    ):
+        progress.step("aligning nodes, comparing interfaces, weights and modules")
+        result = ops.program_diff(was, now, settings, args.model)
+    progress.step("done")
+    emit(args, result.model_dump(mode="json"), render_text(result))
+    breaking = result.summary.verdict == "breaking"
+    return EXIT_INVALID if args.fail_on_breaking and breaking else EXIT_OK
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    if args.view == "partitions" and not args.supported:
+        return usage_error(
+            "--view partitions needs --supported TARGET_OR_NAMESPACE ... "
+            "(e.g. --supported aten.linear aten.relu, or --supported aten)"
+        )
+    settings = Settings.from_env()
+    request = ops.InspectRequest(
+        args.view,
+        args.depth,
+        args.stages,
+        args.by,
+        tuple(args.supported or ()),
+        args.allow_single_node,
+    )
+    with source(args, settings) as opened:
+        result = ops.inspect(opened, settings, request, args.model)
+    data = result.model_dump(mode="json")
+    emit(args, {"view": args.view, **data}, render_view(args.view, data))
+    return EXIT_OK
+
+
+def register(sub: Subcommands, shared: Parser) -> None:
+    """Add the program commands."""
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], help_: str) -> Any:
+        cmd = sub.add_parser(name, help=help_, parents=[shared])
+        cmd.add_argument(
+            "input", help="a .pt2 archive, a JSON document, or what serialize -o writes"
+        )
+        cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.add_argument("--model", help="which model of a multi-model archive")
+        cmd.set_defaults(run=run)
+        return cmd
+
+    ser = command("serialize", _serialize, "archive -> documents and weights manifest")
+    ser.add_argument("-o", "--output", help="write documents + manifest JSON here ('-': stdout)")
+    ser.add_argument("--weights", help="also write the weights as a safetensors file here")
+    de = command("deserialize", _deserialize, "document + weights -> a loadable .pt2")
+    de.add_argument("--weights", help="safetensors weights (default: the archive's own)")
+    de.add_argument("-o", "--output", required=True, help="the .pt2 to write")
+    can = command("canonicalize", _canonicalize, "canonical document bytes and digests")
+    can.add_argument("-o", "--output", help="write the canonical bytes here ('-': stdout)")
+    command("hash", _canonicalize, "graph, weights and program digests").set_defaults(output=None)
+    val = command("validate", _validate, "validation report (exit 1 if invalid)")
+    val.add_argument("--level", choices=["schema", "semantic", "torch"], default="torch")
+    val.add_argument(
+        "--weights", help="safetensors weights the torch level checks (default: the archive's own)"
+    )
+    dif = command("diff", _diff, "what changed between two programs")
+    dif.add_argument("new", help="the newer .pt2 archive or JSON document")
+    dif.add_argument(
+        "--fail-on-breaking", action="store_true", help="exit 1 when the change is breaking"
+    )
+    _inspect_options(
+        command("inspect", _inspect, "what is in a program (no torch, nothing unpickled)")
+    )
+
+
+def _inspect_options(insp: argparse.ArgumentParser) -> None:
+    insp.add_argument(
+        "--view",
+        choices=["modules", "module-graph", "stages", "partitions", "operators", "weights"],
+        default="modules",
+    )
+    insp.add_argument("--depth", type=int, default=1, help="module-graph depth")
+    insp.add_argument("--stages", type=int, default=2, help="number of pipeline stages")
+    insp.add_argument("--by", choices=["param_bytes", "nodes"], default="param_bytes")
+    insp.add_argument("--supported", nargs="*", help="supported targets or namespaces")
+    insp.add_argument("--allow-single-node", action="store_true")

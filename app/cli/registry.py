@@ -1,0 +1,128 @@
+"""The registry commands: push, pull, versions, alias (the client in app.client does the HTTP)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.cli.common import EXIT_OK, Parser, Progress, emit
+
+if TYPE_CHECKING:
+    from app.cli.common import Subcommands
+
+
+def server(args: argparse.Namespace) -> str:
+    """The service's base URL: --url, else $PT2SERDE_URL, else the local default."""
+    url: str = args.url or os.environ.get("PT2SERDE_URL", "http://127.0.0.1:8000")
+    return url
+
+
+def version_line(v: Any) -> str:
+    """One version as a line of text."""
+    aliases = f"  [{', '.join(v.aliases)}]" if v.aliases else ""
+    gone = f"  deleted: {v.deleted_reason}" if v.deleted_at else ""
+    return (
+        f"{v.model} v{v.version}  schema {v.schema_version}  "
+        f"{v.summary.parameter_count} params  program {v.digests.program[:16]}{aliases}{gone}"
+    )
+
+
+class Transfer:
+    """Bytes sent or received, as progress lines at most twice a second and at the end."""
+
+    def __init__(self, args: argparse.Namespace, verb: str) -> None:
+        self.args = args
+        self.verb = verb
+        self.progress: Progress | None = None
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            self.progress = Progress(self.args, total)
+        now = time.monotonic()
+        if done != total and now - self.last < 0.5:
+            return
+        self.last = now
+        of = f" of {total / 1e6:.1f} MB ({100 * done // total}%)" if total else " MB"
+        self.progress.step(f"{self.verb} {done / 1e6:.1f}{of}")
+
+
+def _push(args: argparse.Namespace) -> int:
+    from app import client
+
+    pushed = client.push(
+        server(args),
+        args.name,
+        Path(args.input),
+        model=args.model,
+        progress=Transfer(args, "sent"),
+    )
+    verb = "pushed" if pushed.created else "already there:"
+    emit(args, pushed.version.model_dump(mode="json"), f"{verb} {version_line(pushed.version)}")
+    return EXIT_OK
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from app import client
+
+    got = client.pull(
+        server(args), args.name, Path(args.dest), args.ref, progress=Transfer(args, "received")
+    )
+    emit(args, got.model_dump(mode="json"), f"wrote {args.dest}: {version_line(got)}")
+    return EXIT_OK
+
+
+def _versions(args: argparse.Namespace) -> int:
+    from app import client
+
+    found = client.versions(server(args), args.name, include_deleted=args.include_deleted)
+    data = [v.model_dump(mode="json") for v in found]
+    emit(args, data, "\n".join(version_line(v) for v in found) or "no versions")
+    return EXIT_OK
+
+
+def _alias(args: argparse.Namespace) -> int:
+    from app import client
+
+    info = client.alias(server(args), args.name, args.alias, args.version)
+    emit(args, info.model_dump(mode="json"), f"{args.name}: {args.alias} -> v{args.version}")
+    return EXIT_OK
+
+
+def model_command(
+    sub: Subcommands,
+    shared: Parser,
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    help_: str,
+) -> argparse.ArgumentParser:
+    """A subcommand about one model of a service: its name, --url and --json."""
+    cmd = sub.add_parser(name, help=help_, parents=[shared])
+    cmd.add_argument("name", help="the model name")
+    cmd.add_argument("--url", help="the service (default $PT2SERDE_URL or 127.0.0.1:8000)")
+    cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    cmd.set_defaults(run=run)
+    return cmd
+
+
+def register(sub: Subcommands, shared: Parser) -> None:
+    """Add the registry commands."""
+    push = model_command(sub, shared, "push", _push, "push a .pt2 as a new version of a model")
+    push.add_argument("input", help="the .pt2 archive")
+    push.add_argument("--model", help="which model of a multi-model archive")
+    pull = model_command(
+        sub, shared, "pull", _pull, "fetch a version's .pt2 (checked against its sha256)"
+    )
+    pull.add_argument("dest", help="where to write the .pt2")
+    pull.add_argument("--ref", default="latest", help="a version number, an alias or latest")
+    vers = model_command(sub, shared, "versions", _versions, "list a model's versions")
+    vers.add_argument("--include-deleted", action="store_true")
+    ali = model_command(
+        sub, shared, "alias", _alias, "point an alias (champion, staging, ...) at a version"
+    )
+    ali.add_argument("alias")
+    ali.add_argument("version", type=int)
