@@ -2,11 +2,12 @@
 
 The archives the registry serves are written by our writer with every member stored (not
 deflated), so a tensor payload is one contiguous span of the archive: the zip's local header
-gives where it starts. The skeleton is everything else (headers, documents, configs, central
-directory), concatenated; the holes list each payload's offset in the archive, its length and
-its sha256. A payload shared by versions or models (a base model's unchanged layers) is stored
-once. Rebuilding interleaves skeleton bytes and payload objects; a read at any offset finds its
-segment by bisection and reads only the objects it covers.
+gives where it starts. The skeleton is everything else (headers, small members, the central
+directory), concatenated; members of 4 KiB or more are objects too. The holes list each
+payload's offset in the archive, its length and its sha256. A payload shared by versions or
+models (a base model's unchanged layers) is stored once. Rebuilding interleaves skeleton bytes
+and payload objects; a read at any offset finds its segment by bisection and reads only the
+objects it covers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from app.registry.blobs import Staged
 from app.settings import Limits
 
 _CHUNK = 1 << 20
+#: other members this large (documents, configs, sample inputs) are objects of their own too:
+#: a skeleton differs between versions (each local header holds its member's CRC), so it
+#: should hold only headers and small members, not a model's document again each time.
+_OWN_OBJECT = 4096
 #: what the names of the weights and constants configs end with (they name their model first)
 _CONFIGS = (WEIGHTS_CONFIG.split("{}")[1], CONSTANTS_CONFIG.split("{}")[1])
 
@@ -84,7 +89,7 @@ def split(
         spans = sorted(
             (m.data_offset, m.size)
             for m in reader.members.values()
-            if m.method == 0 and m.size > 0 and _is_payload(m.name)
+            if m.method == 0 and (m.size >= _OWN_OBJECT or (m.size > 0 and _is_payload(m.name)))
         )
     holes: list[Hole] = []
     payloads: dict[str, Staged] = {}
