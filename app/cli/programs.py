@@ -24,8 +24,8 @@ from app.cli.common import (
     usage_error,
     write_output,
 )
-from app.cli.render import render_view
 from app.programs.diff import render_text
+from app.programs.inspect.registry import answer, render, views
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -171,8 +171,7 @@ def _inspect(args: argparse.Namespace) -> int:
     )
     with source(args, settings) as opened:
         result = ops.inspect(opened, settings, request, args.model)
-    data = result.model_dump(mode="json")
-    emit(args, {"view": args.view, **data}, render_view(args.view, data))
+    emit(args, answer(args.view, result).model_dump(mode="json"), render(args.view, result))
     return EXIT_OK
 
 
@@ -216,7 +215,7 @@ def register(sub: Subcommands, shared: Parser) -> None:
 def _inspect_options(insp: argparse.ArgumentParser) -> None:
     insp.add_argument(
         "--view",
-        choices=["modules", "module-graph", "stages", "partitions", "operators", "weights"],
+        choices=list(views()),
         default="modules",
     )
     insp.add_argument("--depth", type=int, default=1, help="module-graph depth")
