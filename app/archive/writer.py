@@ -11,17 +11,16 @@ size and CRC go into the header, and the bytes are checked against both as they 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from app import files
 from app.archive.errors import ArchiveFailure
 from app.archive.pt2 import (
     ARCHIVE_FORMAT,
@@ -330,26 +329,5 @@ def _write(out: Sink, members: list[tuple[str, Data]]) -> None:
 
 def _replace(path: Path, members: list[tuple[str, Data]]) -> None:
     """Write next to `path`, fsync, then rename over it: never a half-written archive."""
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            _write(out, members)
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable; some platforms cannot open directories, which is fine.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with files.atomic_writer(path) as out:
+        _write(out, members)

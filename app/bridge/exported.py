@@ -5,11 +5,8 @@ Imports torch at module level: `app.bridge` reaches this module only on first us
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,9 @@ from torch._export.serde import serialize as torch_serde
 from torch.export import ExportedProgram
 
 import schema
+from app import files
 from app.archive.raw import RawTensor, TensorKind
+from app.archive.tensors import dtype_name
 from app.archive.writer import write_archive
 from app.bridge.errors import BridgeFailure, is_allocation_failure, torch_message
 from app.bridge.standins import stand_ins
@@ -317,7 +316,8 @@ def weight_issues(
                 Issue(
                     "weight-dtype",
                     path,
-                    f"expected dtype {expected.dtype.name}, got {raw.meta.dtype.name}",
+                    f"expected dtype {dtype_name(expected.dtype)}, "
+                    f"got {dtype_name(raw.meta.dtype)}",
                 )
             )
         if not _same_shape(expected.sizes, raw.meta.sizes):
@@ -355,19 +355,13 @@ def pt2_bytes(ep: ExportedProgram) -> bytes:
 
 def save_pt2(ep: ExportedProgram, target: Path) -> None:
     """torch.export.save to `target` atomically: a temporary file beside it, then a rename."""
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with files.atomic_writer(target) as handle:
             torch.export.save(ep, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        if isinstance(exc, Exception) and not isinstance(exc, MemoryError | OSError):
-            raise _torch_failure("torch-save-failed", exc) from None
+    except (MemoryError, OSError):
         raise
+    except Exception as exc:
+        raise _torch_failure("torch-save-failed", exc) from None
 
 
 def load_pt2_trusted(path: Path) -> ExportedProgram:
@@ -473,7 +467,7 @@ def _same_shape(
 
 
 def _describe(meta: TensorMeta) -> str:
-    return f"{meta.dtype.name}{shape_of(meta)}"
+    return f"{dtype_name(meta.dtype)}{shape_of(meta)}"
 
 
 def _torch_failure(code: str, exc: BaseException) -> BaseException:

@@ -18,6 +18,7 @@ from typing import IO, Any, TypeGuard
 import orjson
 
 from app.archive.raw import RawTensor, TensorKind
+from app.archive.tensors import dtype_name
 from app.bridge.errors import BridgeFailure
 from app.bridge.tensors import KINDS, checked_sizes, contiguous_bytes, contiguous_meta
 from schema import Device, Issue, Layout, ScalarType, SymIntAsInt, TensorMeta
@@ -25,7 +26,7 @@ from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
 
 #: safetensors' dtype names; complex32 and complex128 have none.
-DTYPE_NAMES: dict[ScalarType, str] = {
+SAFETENSORS_DTYPES: dict[ScalarType, str] = {
     ScalarType.BOOL: "BOOL",
     ScalarType.BYTE: "U8",
     ScalarType.CHAR: "I8",
@@ -46,7 +47,7 @@ DTYPE_NAMES: dict[ScalarType, str] = {
     ScalarType.FLOAT8E5M2FNUZ: "F8_E5M2FNUZ",
     ScalarType.FLOAT8E8M0FNU: "F8_E8M0",
 }
-DTYPES: dict[str, ScalarType] = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+SCALAR_TYPES: dict[str, ScalarType] = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 #: Names the format knows that no torch ScalarType holds (sub-byte floats).
 _FOREIGN_DTYPES = frozenset({"F4", "F6_E2M3", "F6_E3M2"})
 
@@ -104,14 +105,14 @@ def write_safetensors(
                 for n in duplicates
             ],
         )
-    unsupported = [t for t in items if t.meta.dtype not in DTYPE_NAMES]
+    unsupported = [t for t in items if t.meta.dtype not in SAFETENSORS_DTYPES]
     if unsupported:
         raise BridgeFailure(
             "safetensors-unsupported-dtype",
             "safetensors cannot store "
-            + ", ".join(f"{t.name} ({t.meta.dtype.name})" for t in unsupported),
+            + ", ".join(f"{t.name} ({dtype_name(t.meta.dtype)})" for t in unsupported),
             [
-                Issue("safetensors-unsupported-dtype", pointer([t.name]), t.meta.dtype.name)
+                Issue("safetensors-unsupported-dtype", pointer([t.name]), dtype_name(t.meta.dtype))
                 for t in unsupported
             ],
         )
@@ -131,7 +132,7 @@ def write_safetensors(
         view = views[t.name]
         nbytes = view.numel * view.itemsize
         header[t.name] = {
-            "dtype": DTYPE_NAMES[t.meta.dtype],
+            "dtype": SAFETENSORS_DTYPES[t.meta.dtype],
             "shape": list(view.sizes),
             "data_offsets": [offset, offset + nbytes],
         }
@@ -186,7 +187,7 @@ def from_safetensors(
         if dtype_name in _FOREIGN_DTYPES:
             foreign.append(f"{name} ({dtype_name})")
             continue
-        dtype = DTYPES[dtype_name]
+        dtype = SCALAR_TYPES[dtype_name]
         numel = 1
         for size in shape:
             numel *= size
@@ -344,7 +345,7 @@ def _entry(name: str, entry: Any, issues: list[Issue]) -> tuple[str, list[int], 
         return None
     found = len(issues)
     dtype = entry.get("dtype")
-    if not isinstance(dtype, str) or (dtype not in DTYPES and dtype not in _FOREIGN_DTYPES):
+    if not isinstance(dtype, str) or (dtype not in SCALAR_TYPES and dtype not in _FOREIGN_DTYPES):
         issues.append(Issue("safetensors-bad-dtype", path + "/dtype", f"unknown dtype {dtype!r}"))
     shape = entry.get("shape")
     if not _ints(shape):

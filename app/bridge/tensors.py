@@ -9,6 +9,7 @@ from typing import get_args
 import numpy as np
 
 from app.archive.raw import RawTensor, TensorKind
+from app.archive.tensors import dtype_name
 from app.bridge.errors import BridgeFailure
 from schema import Issue, Layout, SymIntAsExpr, SymIntAsInt, TensorMeta
 from schema.dtypes import ITEMSIZE
@@ -72,7 +73,9 @@ def view_of(name: str, meta: TensorMeta) -> tuple[View | None, list[Issue]]:
     itemsize = ITEMSIZE.get(meta.dtype)
     if itemsize is None:
         issues.append(
-            Issue("tensor-dtype-unsupported", path, f"dtype {meta.dtype.name} has no storage")
+            Issue(
+                "tensor-dtype-unsupported", path, f"dtype {dtype_name(meta.dtype)} has no storage"
+            )
         )
     if meta.layout != Layout.Strided:
         issues.append(

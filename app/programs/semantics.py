@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import schema
+from app.archive.tensors import dtype_name
 from app.programs.expr import UnsafeExpression, check_expression
 from app.programs.findings import FindingList
 from app.programs.graph import (
@@ -203,8 +204,8 @@ class _Semantics:
                 self.error(
                     "weight-mismatch",
                     at,
-                    f"{fqn!r}: the graph has {meta.dtype.name}{_shape(meta)}, "
-                    f"the archive {stored.dtype.name}{_shape(stored)}",
+                    f"{fqn!r}: the graph has {dtype_name(meta.dtype)}{_shape(meta)}, "
+                    f"the archive {dtype_name(stored.dtype)}{_shape(stored)}",
                 )
         for fqn in tensors:
             if fqn not in used:

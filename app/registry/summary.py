@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import schema
+from app.archive.tensors import dtype_name
 from app.programs.inspect import operators, size_value, weight_counts
 
 
@@ -44,7 +45,7 @@ def _value(arg: object, metas: dict[str, schema.TensorMeta]) -> ValueSummary:
         return ValueSummary(
             name=inner.name,
             kind=kind,
-            dtype=meta.dtype.name,
+            dtype=dtype_name(meta.dtype),
             shape=[size_value(s) for s in meta.sizes],
         )
     return ValueSummary(name=_name(inner), kind=kind)

@@ -178,7 +178,7 @@ def test_weight_problems_are_findings(serialized: dict[str, SerializedProgram]) 
     tensors = {k: v for k, v in program.tensors.items() if k != "fc.bias"}
     result = torch_check(program.doc, tensors)
     assert result.issues == [
-        Issue("weight-missing", "/fc.bias", "parameter 'fc.bias' (FLOAT[5]) has no tensor")
+        Issue("weight-missing", "/fc.bias", "parameter 'fc.bias' (float32[5]) has no tensor")
     ]
     assert [(i.code, i.path) for i in result.unchecked] == [("torch-verifier-failed", "")]
     assert result.unchecked[0].message.startswith("not built: weights-mismatch:")

@@ -344,8 +344,8 @@ def test_weights_mismatch_lists_every_problem(serialized: dict[str, SerializedPr
     assert caught.value.code == "weights-mismatch"
     assert caught.value.issues == [
         Issue("weight-shape", "/conv.weight", "expected shape [4, 3, 3, 3], got [4, 3]"),
-        Issue("weight-missing", "/conv.bias", "parameter 'conv.bias' (FLOAT[4]) has no tensor"),
-        Issue("weight-dtype", "/fc.weight", "expected dtype FLOAT, got DOUBLE"),
+        Issue("weight-missing", "/conv.bias", "parameter 'conv.bias' (float32[4]) has no tensor"),
+        Issue("weight-dtype", "/fc.weight", "expected dtype float32, got float64"),
         Issue(
             "weight-unexpected",
             "/extra",
@@ -366,8 +366,8 @@ def test_weights_mismatch_names_buffers_and_constants(
         deserialize(serialized["constants"].doc, {})
     assert caught.value.code == "weights-mismatch"
     assert caught.value.issues == [
-        Issue("weight-missing", "/offset", "buffer 'offset' (FLOAT[4]) has no tensor"),
-        Issue("weight-missing", "/table", "constant 'table' (FLOAT[3, 4]) has no tensor"),
+        Issue("weight-missing", "/offset", "buffer 'offset' (float32[4]) has no tensor"),
+        Issue("weight-missing", "/table", "constant 'table' (float32[3, 4]) has no tensor"),
     ]
 
 

@@ -390,8 +390,8 @@ def test_weights_missing_mismatched_and_unused(
         ("weight-mismatch", "error", f"{specs}/5/buffer/buffer_name"),
         ("weight-unused", "warning", ""),
     ]
-    assert "FLOAT[8, 4]" in report.findings[0].message
-    assert "HALF[8, 4]" in report.findings[0].message
+    assert "float32[8, 4]" in report.findings[0].message
+    assert "float16[8, 4]" in report.findings[0].message
     assert "'stray'" in report.findings[3].message
 
 

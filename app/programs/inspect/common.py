@@ -18,7 +18,7 @@ from app.failure import Failure
 from app.programs.graph import scope, walk_graphs
 from app.programs.graph import values as value_names
 from schema import Issue
-from schema.dtypes import DTYPE_NAMES, ITEMSIZE
+from schema.dtypes import ITEMSIZE
 from schema.models import (
     ArgumentAsGraph,
     ExportedProgram,
@@ -370,11 +370,6 @@ def meta_numel_bytes(meta: TensorMeta | None) -> tuple[int, int] | None:
     for dim in shape:
         numel *= dim
     return numel, numel * size
-
-
-def dtype_name(dtype: ScalarType) -> str:
-    """torch's name of the scalar type, as serialize and diff print it (``float32``)."""
-    return DTYPE_NAMES.get(dtype, "unknown")
 
 
 @lru_cache(maxsize=4096)

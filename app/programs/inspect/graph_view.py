@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.archive.tensors import dtype_name
 from app.programs.inspect.common import (
     NODES_POINTER,
-    dtype_name,
     expression_text,
     graph_inputs,
     graph_outputs,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
+from app.archive.tensors import dtype_name
 from app.programs.inspect.common import (
     WeightInfo,
     custom_objects,
-    dtype_name,
     graph_weights,
     meta_numel_bytes,
     node_name,
