@@ -14,6 +14,7 @@ import httpx
 import pytest
 import torch
 
+from bench.zoo import archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server, upload_leftovers
 from tests.fuzz.campaign import judge
 from tests.fuzz.framing import (
@@ -23,7 +24,6 @@ from tests.fuzz.framing import (
     path_requests,
     range_requests,
 )
-from tests.programs import archive_bytes
 
 SEED = 20261123
 MULTIPART_REQUESTS = 240
@@ -47,17 +47,22 @@ def _send(client: httpx.Client, request: RawRequest) -> httpx.Response:
     )
 
 
+def _push(client: httpx.Client, model: str) -> None:
+    """Store a small program as version 1 of `model`."""
+    program = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+    pushed = client.post(
+        f"/v1/models/{model}/versions",
+        content=archive_bytes(program),
+        headers={"Content-Type": "application/zip"},
+    )
+    assert pushed.status_code == 201, pushed.text
+
+
 def test_framing_and_path_parameters_get_no_server_error(framing_server: Server) -> None:
     rng = random.Random(SEED)
     with framing_server.client(timeout=60) as client:
         # a stored version, so that hostile version references reach the registry's lookup
-        program = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
-        pushed = client.post(
-            "/v1/models/fuzzed/versions",
-            content=archive_bytes(program),
-            headers={"Content-Type": "application/zip"},
-        )
-        assert pushed.status_code == 201, pushed.text
+        _push(client, "fuzzed")
         spec = client.get("/openapi.json").json()
         targets = multipart_paths(spec)
         requests = path_requests(spec, rng)
@@ -109,13 +114,7 @@ def _range_wrong(answer: httpx.Response, whole: bytes) -> str | None:
 def test_odd_ranges_are_answered_as_rfc_9110_allows(framing_server: Server) -> None:
     rng = random.Random(SEED)
     with framing_server.client(timeout=60) as client:
-        program = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
-        pushed = client.post(
-            "/v1/models/ranged/versions",
-            content=archive_bytes(program),
-            headers={"Content-Type": "application/zip"},
-        )
-        assert pushed.status_code == 201, pushed.text
+        _push(client, "ranged")
         archive = client.get("/v1/models/ranged/versions/1/archive")
         plain = {"name": "ranged", "ref": "1", "digest": archive.headers["etag"].strip('"')}
         requests = range_requests(client.get("/openapi.json").json(), plain, rng)
