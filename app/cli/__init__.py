@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import schema
-from app.cli import admin, programs, registry, schemas, serve, storage
+from app.cli import admin, manage, programs, registry, schemas, serve, storage
 from app.cli.common import (
     EXIT_INVALID,
     EXIT_MISSING_EXTRA,
@@ -31,7 +31,7 @@ from app.failure import Failure
 __all__ = ["EXIT_INVALID", "EXIT_MISSING_EXTRA", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 #: The command group modules, in the order `pt2serde --help` lists them.
-GROUPS = (serve, programs, registry, schemas, admin, storage)
+GROUPS = (serve, programs, registry, manage, schemas, admin, storage)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""The registry commands: push, pull, versions, alias (the client in app.client does the HTTP)."""
+"""The registry commands: push, pull, versions (the client in app.client does the HTTP); the
+curation commands (models, tags, aliases, delete, search, webhooks) are in app.cli.manage."""
 
 from __future__ import annotations
 
@@ -85,12 +86,19 @@ def _versions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _alias(args: argparse.Namespace) -> int:
-    from app import client
-
-    info = client.alias(server(args), args.name, args.alias, args.version)
-    emit(args, info.model_dump(mode="json"), f"{args.name}: {args.alias} -> v{args.version}")
-    return EXIT_OK
+def service_command(
+    sub: Subcommands,
+    shared: Parser,
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    help_: str,
+) -> argparse.ArgumentParser:
+    """A subcommand that talks to a service: --url and --json."""
+    cmd = sub.add_parser(name, help=help_, parents=[shared])
+    cmd.add_argument("--url", help="the service (default $PT2SERDE_URL or 127.0.0.1:8000)")
+    cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    cmd.set_defaults(run=run)
+    return cmd
 
 
 def model_command(
@@ -101,11 +109,8 @@ def model_command(
     help_: str,
 ) -> argparse.ArgumentParser:
     """A subcommand about one model of a service: its name, --url and --json."""
-    cmd = sub.add_parser(name, help=help_, parents=[shared])
+    cmd = service_command(sub, shared, name, run, help_)
     cmd.add_argument("name", help="the model name")
-    cmd.add_argument("--url", help="the service (default $PT2SERDE_URL or 127.0.0.1:8000)")
-    cmd.add_argument("--json", action="store_true", help="machine-readable output")
-    cmd.set_defaults(run=run)
     return cmd
 
 
@@ -121,8 +126,3 @@ def register(sub: Subcommands, shared: Parser) -> None:
     pull.add_argument("--ref", default="latest", help="a version number, an alias or latest")
     vers = model_command(sub, shared, "versions", _versions, "list a model's versions")
     vers.add_argument("--include-deleted", action="store_true")
-    ali = model_command(
-        sub, shared, "alias", _alias, "point an alias (champion, staging, ...) at a version"
-    )
-    ali.add_argument("alias")
-    ali.add_argument("version", type=int)
