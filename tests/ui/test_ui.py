@@ -4,8 +4,10 @@ versions of a small model that differ by one added layer).
 
 Every page is loaded and checked for console errors; screenshots go to tests/ui/screenshots/.
 The 50,000-node timing runs the graph page on a graph answer of that size (a real BERT's graph
-repeated), so that it measures the browser: the server's time to build that answer is
-`make bench`'s business.
+repeated), so that it measures the browser. The server's part is a file: a stored version's
+answer is built once, after its push (`test_graph_answer_built_at_push`), and a stored graph's
+first view is timed from navigation on (`test_stored_graph_end_to_end`); bench/RESULTS.md's
+"Web UI" section has both for a real 50,007-node program.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from torch import nn
 
 from app.bridge.exported import storage_bytes, tensor_meta
 from app.programs.digest import tensor_digest, weights_digest
+from bench.zoo import archive_bytes, build_program
 from schema.dtypes import DTYPE_NAMES
 from tests.api.conftest import Server, start_server, stop_server
-from tests.programs import archive_bytes, build_program
 from tests.realzoo import VOCAB, tiny_hf_model
 
 CHROMIUM = Path("/usr/bin/chromium")
