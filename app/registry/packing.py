@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, cast
 from app.archive.pt2 import CONSTANTS_CONFIG, CONSTANTS_DIR, WEIGHTS_CONFIG, WEIGHTS_DIR
 from app.archive.zipread import ZipReader
 from app.registry.blobs import Staged
+from app.registry.blobs.base import Reader
 from app.settings import Limits
 
 _CHUNK = 1 << 20
@@ -112,14 +113,13 @@ def split(
     return Layout(size, skeleton.finish(), tuple(holes)), payloads
 
 
-class Rebuilt(io.RawIOBase):
+class Rebuilt(Reader):
     """The archive a layout describes, readable and seekable, opening objects as reads reach
     them (`open` gives an object's seekable reader)."""
 
     def __init__(self, layout: Layout, open_object: Callable[[str], BinaryIO]) -> None:
+        super().__init__(layout.size)
         self._open = open_object
-        self._size = layout.size
-        self._pos = 0
         # segments: (archive start, archive end, object digest, offset in the object)
         self._segments: list[tuple[int, int, str, int]] = []
         at = skel = 0
@@ -136,20 +136,6 @@ class Rebuilt(io.RawIOBase):
         # opened now: an archive gc took fails before an answer starts, not in its middle
         self._handles: dict[str, BinaryIO] = {layout.skeleton: open_object(layout.skeleton)}
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         if self._pos >= self._size or not view:
@@ -158,11 +144,13 @@ class Rebuilt(io.RawIOBase):
         start, end, digest, inner = self._segments[index]
         want = min(len(view), end - self._pos)
         handle = self._handle(digest)
-        handle.seek(inner + self._pos - start)
-        data = handle.read(want)
-        if len(data) != want:
+        at = inner + self._pos - start
+        if handle.tell() != at:
+            handle.seek(at)
+        # straight into the caller's buffer: a pull copies each byte once here
+        got = handle.readinto(view[:want])  # type: ignore[attr-defined]
+        if got != want:
             raise OSError(f"the object {digest} is shorter than the archive's layout says")
-        view[:want] = data
         self._pos += want
         return want
 

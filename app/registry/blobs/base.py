@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,3 +59,26 @@ class Objects(Protocol):
     def remove_stray(self, name: str) -> None:
         """Delete one of `strays`."""
         ...
+
+
+class Reader(io.RawIOBase):
+    """A read-only, seekable raw stream of `size` bytes; subclasses give `readinto`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos

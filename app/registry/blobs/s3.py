@@ -21,7 +21,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from app.registry.blobs.base import Listed, is_digest
+from app.registry.blobs.base import Listed, Reader, is_digest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -138,31 +138,16 @@ class S3Objects:
         self.client.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{name}")
 
 
-class _ObjectReader(io.RawIOBase):
+class _ObjectReader(Reader):
     """An object read through one streaming GET, restarted with a Range where a seek lands."""
 
     def __init__(self, client: S3Client, bucket: str, key: str, size: int) -> None:
+        super().__init__(size)
         self._client = client
         self._bucket = bucket
         self._key = key
-        self._size = size
-        self._pos = 0
         self._body: Any = None
         self._body_pos = -1
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -1,0 +1,180 @@
+"""Tensors stored once, archives rebuilt byte for byte (ranges included), and gc racing pushes,
+over both blob backends (local directory, SeaweedFS S3) and both databases."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from app.registry import Candidate, Registry
+from app.registry.objects import layout_of
+from app.registry.packing import rebuilt
+from bench.zoo import archive_bytes
+from tests.registry.conftest import (
+    Backend,
+    InProcessTorch,
+    assert_served,
+    objects_of,
+    rewrite_member,
+    stored_files,
+)
+
+VERSIONS = 10
+
+
+class _Tower(nn.Module):
+    """A wide trunk (most of the bytes) and ten small heads, one per fine-tune to change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(512, 512)
+        self.heads = nn.ModuleList(nn.Linear(512, 16) for _ in range(VERSIONS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.trunk(x))
+        return torch.stack([head(h) for head in self.heads]).sum(0)
+
+
+@pytest.fixture(scope="module")
+def series() -> list[bytes]:
+    """Ten archives of one model, the i-th with head i's weights changed from the base."""
+    torch.manual_seed(0)
+    ep = torch.export.export(_Tower().eval(), (torch.randn(2, 512),))
+    base = archive_bytes(ep)
+    names = [f"heads.{i}.weight" for i in range(VERSIONS)]
+    members = {fqn: f"data/weights/weight_{_index(ep, fqn)}" for fqn in names}
+    out = []
+    for i, fqn in enumerate(names):
+        noise = torch.randn(16, 512, generator=torch.Generator().manual_seed(i))
+        out.append(rewrite_member(base, members[fqn], lambda _, n=noise: n.numpy().tobytes()))
+    return out
+
+
+def _index(ep: torch.export.ExportedProgram, fqn: str) -> int:
+    """The weight member torch.export.save writes `fqn` to (parameters in signature order)."""
+    params = [s.target for s in ep.graph_signature.input_specs if s.target in ep.state_dict]
+    return params.index(fqn)
+
+
+def prepare(registry: Registry, archive: bytes) -> Candidate:
+    staged = registry.blobs.stage_bytes(archive)
+    try:
+        return registry.prepare(staged.path, InProcessTorch())
+    finally:
+        staged.discard()
+
+
+def pull(registry: Registry, name: str, ref: str) -> bytes:
+    _, handle = registry.open_content(name, ref, "archive")
+    with handle:
+        return handle.read()
+
+
+def test_ten_fine_tunes_store_each_tensor_once(
+    registry: Registry, backend: Backend, series: list[bytes]
+) -> None:
+    pushed = [registry.push("tower", prepare(registry, archive)).version for archive in series]
+    assert [v.version for v in pushed] == list(range(1, VERSIONS + 1))
+    stored = sum(listed.size for listed in backend.objects().listing())
+    one = pushed[0].archive_size
+    assert stored <= 1.3 * one, (stored, one)
+    for info, upload in zip(pushed, series, strict=True):
+        data = pull(registry, "tower", str(info.version))
+        assert hashlib.sha256(data).hexdigest() == info.digests.archive
+        assert len(data) == info.archive_size
+        assert_served(data, upload)
+    expected: set[str] = set()
+    for info in pushed:
+        expected |= objects_of(registry, info.digests.archive, info.digests.graph)
+    assert stored_files(backend) == {"blobs": sorted(expected), "staged": []}
+
+
+def test_ranges_of_a_rebuilt_archive(registry: Registry, series: list[bytes]) -> None:
+    info = registry.push("tower", prepare(registry, series[3])).version
+    whole = pull(registry, "tower", "1")
+    with registry.db.read() as conn:
+        layout = layout_of(conn, info.digests.archive)
+    assert layout is not None
+    # every weight and bias, and the document: objects of their own
+    assert len(layout.holes) > 2 * VERSIONS + 2
+    opened: list[str] = []
+
+    def counting(digest: str) -> object:
+        opened.append(digest)
+        return registry.blobs.open(digest)
+
+    rng = random.Random(7)
+    with rebuilt(layout, counting) as handle:  # type: ignore[arg-type]
+        for _ in range(200):
+            start = rng.randrange(len(whole))
+            end = rng.randrange(start, min(len(whole), start + rng.choice([10, 5000, 1 << 20])) + 1)
+            handle.seek(start)
+            assert handle.read(end - start) == whole[start:end], (start, end)
+    # a read inside the last payload opens the skeleton and that payload only
+    opened.clear()
+    last = layout.holes[-1]
+    with rebuilt(layout, counting) as handle:  # type: ignore[arg-type]
+        handle.seek(last.offset + 5)
+        assert handle.read(7) == whole[last.offset + 5 : last.offset + 12]
+    assert opened == [layout.skeleton, last.digest]
+
+
+def test_gc_racing_pushes_of_the_same_tensors(backend: Backend, series: list[bytes]) -> None:
+    """Pushers store versions sharing the trunk while gc runs over and over with no grace: no
+    committed version ever lacks an object."""
+    pushers = [Registry(backend.settings()) for _ in range(2)]
+    collector = Registry(backend.settings())
+    ready = [(pushers[i % 2], prepare(pushers[i % 2], archive)) for i, archive in enumerate(series)]
+    done = threading.Event()
+    errors: list[BaseException] = []
+    runs = 0
+
+    def collect() -> None:
+        nonlocal runs
+        while not done.is_set():
+            try:
+                collector.gc()
+                runs += 1
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    def push(registry: Registry, candidates: list[Candidate], model: str) -> None:
+        try:
+            for candidate in candidates:
+                registry.push(model, candidate)
+        except BaseException as exc:
+            errors.append(exc)
+
+    gc_thread = threading.Thread(target=collect)
+    threads = [
+        threading.Thread(target=push, args=(r, [c for rr, c in ready if rr is r], f"m{i}"))
+        for i, r in enumerate(pushers)
+    ]
+    try:
+        gc_thread.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        gc_thread.join()
+        assert errors == []
+        assert runs > 0
+        collector.gc()
+        expected: set[str] = set()
+        for i in range(2):
+            for info in collector.versions(f"m{i}").versions:
+                expected |= objects_of(collector, info.digests.archive, info.digests.graph)
+                data = pull(collector, f"m{i}", str(info.version))
+                assert hashlib.sha256(data).hexdigest() == info.digests.archive
+        assert stored_files(backend)["blobs"] == sorted(expected)
+    finally:
+        done.set()
+        for r in (*pushers, collector):
+            r.close()
