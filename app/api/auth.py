@@ -38,6 +38,7 @@ bearer = HTTPBearer(
     scheme_name="bearer",
     description="An API token (`pt2serde token create`, or PT2SERDE_ADMIN_TOKEN).",
 )
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: the problems of missing or invalid credentials (401), and of a route that also checks
 #: permissions (403 too).
@@ -63,7 +64,7 @@ def _request_id(request: Request, response: Response) -> str:
 async def caller(
     request: Request,
     response: Response,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    credentials: Credentials,
 ) -> Caller:
     """The request's caller; 401 (unauthenticated, token-expired, token-revoked) without valid
     credentials once a way to authenticate is configured."""
@@ -106,17 +107,10 @@ def require(level: Level) -> Callable[[Request, str, Caller], Awaitable[Caller]]
     return check
 
 
-def require_admin(who: CallerDep) -> Caller:
-    """The caller, if it is an admin (403 otherwise)."""
-    if not who.identity.admin:
-        raise AccessFailure("forbidden", f"{who.identity.principal} is not an admin")
-    return who
-
-
 async def stateless(
     request: Request,
     response: Response,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    credentials: Credentials,
 ) -> None:
     """The stateless operations' gate: open, or any valid token (PT2SERDE_STATELESS_ACCESS)."""
     settings: Settings = request.app.state.settings
@@ -127,7 +121,7 @@ async def stateless(
 async def read_or_stateless(
     request: Request,
     response: Response,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    credentials: Credentials,
 ) -> None:
     """The gate of a router mixing stateless operations and views of stored versions: read on
     the path's model (`{name}`) where there is one, else the stateless operations' gate."""
@@ -142,7 +136,6 @@ async def read_or_stateless(
 ReadDep = Annotated[Caller, Depends(require("read"))]
 WriteDep = Annotated[Caller, Depends(require("write"))]
 ManageDep = Annotated[Caller, Depends(require("manage"))]
-AdminDep = Annotated[Caller, Depends(require_admin)]
 
 
 def is_loopback(host: str) -> bool:

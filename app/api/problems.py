@@ -167,6 +167,26 @@ register(
     registry_unavailable="The registry's database or blob store cannot be used",
 )
 
+register(
+    401,
+    unauthenticated="Credentials are missing or not known (send Authorization: Bearer)",
+    token_expired="The bearer token has expired",
+    token_revoked="The bearer token was revoked",
+)
+register(
+    403,
+    forbidden="The caller lacks the permission this needs",
+    alias_protected="The alias is protected: moving or removing it needs manage",
+)
+register(
+    404,
+    token_not_found="No token of that id",
+    permission_not_found="The principal has no grant on that model",
+)
+register(409, version_has_aliases="Aliases name the version: move them or detach them")
+register(422, quota_exceeded="The change would go over a quota")
+register(429, rate_limited="Over a per-hour quota: retry after Retry-After seconds")
+
 
 class ProblemIssue(BaseModel):
     """One detail of a problem: a code, a JSON pointer and a message."""
@@ -236,7 +256,10 @@ async def _service_error(_: Request, exc: Exception) -> Response:
 
 async def _failure(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, Failure)
-    return problem(exc.code, exc.message, exc.issues)
+    response = problem(exc.code, exc.message, exc.issues)
+    # WWW-Authenticate of a 401, Retry-After of a 429
+    response.headers.update(getattr(exc, "headers", {}))
+    return response
 
 
 async def _schema_error(_: Request, exc: Exception) -> Response:

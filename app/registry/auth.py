@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.registry.audit import Actor, Change, record
+from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.db import Database, metadata, models, now, utc, versions
 from app.registry.errors import RegistryFailure
 from app.settings import Settings
@@ -199,9 +199,22 @@ class Access:
 
     # ------------------------------------------------------------ tokens
 
-    def bootstrap(self, secret: str) -> None:
+    def bootstrap(self, secret: str | None) -> None:
         """Keep the bootstrap admin token's row matching `secret` (rotating it replaces the
-        old one), so it authenticates, and is audited and rate-limited, like any other."""
+        old one), so it authenticates, and is audited and rate-limited, like any other; with no
+        secret configured any more, the row is revoked (a proxy identity setup keeps no
+        forgotten admin token working)."""
+        if secret is None:
+            with self.db.write() as conn:
+                revoked = conn.execute(
+                    update(api_tokens)
+                    .where(api_tokens.c.id == BOOTSTRAP_ID, api_tokens.c.revoked_at.is_(None))
+                    .values(revoked_at=now())
+                )
+                if revoked.rowcount:
+                    target = f"tokens/{BOOTSTRAP_ID}"
+                    record(conn, Change(SYSTEM, "token.revoke", target, after={"revoked": True}))
+            return
         digest = secret_sha256(secret)
         dialect = postgresql if self.db.postgresql else sqlite
         with self.db.write() as conn:

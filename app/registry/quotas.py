@@ -121,21 +121,21 @@ def check_tag(conn: Connection, quotas: Quotas, version_id: int, key: str, value
         raise RegistryFailure(
             "quota-exceeded", f"the tag value is {size} bytes (quota {quotas.tag_value_bytes})"
         )
-    others = conn.execute(
-        select(func.count()).where(tags.c.version_id == version_id, tags.c.key != key)
-    ).scalar_one()
-    if _over(quotas.tags_per_version, others):
-        raise RegistryFailure(
-            "quota-exceeded", f"the version has {others} tags (quota {quotas.tags_per_version})"
-        )
+    others = _count(conn, tags.c.version_id == version_id, tags.c.key != key)
+    _under(quotas.tags_per_version, others, "the version has {} tags")
 
 
 def check_alias(conn: Connection, quotas: Quotas, model_id: int, alias: str) -> None:
     """Refuse a new alias past the model's alias quota."""
-    others = conn.execute(
-        select(func.count()).where(aliases.c.model_id == model_id, aliases.c.alias != alias)
-    ).scalar_one()
-    if _over(quotas.aliases_per_model, others):
-        raise RegistryFailure(
-            "quota-exceeded", f"the model has {others} aliases (quota {quotas.aliases_per_model})"
-        )
+    others = _count(conn, aliases.c.model_id == model_id, aliases.c.alias != alias)
+    _under(quotas.aliases_per_model, others, "the model has {} aliases")
+
+
+def _count(conn: Connection, *where: Any) -> int:
+    return int(conn.execute(select(func.count()).where(*where)).scalar_one())
+
+
+def _under(limit: int, others: int, what: str) -> None:
+    """quota-exceeded if one more than `others` is over `limit`."""
+    if _over(limit, others):
+        raise RegistryFailure("quota-exceeded", f"{what.format(others)} (quota {limit})")

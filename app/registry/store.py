@@ -77,9 +77,7 @@ class Registry:
             self.access = Access(self.db, settings.default_permission)
             try:
                 self.db.migrate()
-                secret = admin_secret(settings)
-                if secret is not None:
-                    self.access.bootstrap(secret)
+                self.access.bootstrap(admin_secret(settings))
                 self.cleanup()
             except BaseException:
                 self.db.close()

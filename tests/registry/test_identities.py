@@ -1,0 +1,117 @@
+"""Identities in process: the open default, a trusted proxy's header, the stateless operations'
+gate, and the bootstrap admin token's rotation and retirement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from app.main import create_app
+from app.registry import Registry, RegistryFailure
+from app.registry.auth import BOOTSTRAP_ID
+from app.settings import Settings
+
+ADMIN = "bootstrap-" + "a" * 32
+
+
+@pytest.fixture
+def make_client(tmp_path: Path) -> Iterator[Any]:
+    """Clients of in-process apps on one SQLite registry, each with its own settings."""
+    opened: list[TestClient] = []
+
+    def make(**settings: Any) -> TestClient:
+        client = TestClient(create_app(Settings(data_dir=tmp_path / "data", **settings)))
+        opened.append(client.__enter__())
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+def test_without_configuration_everyone_is_the_anonymous_admin(make_client: Any) -> None:
+    client = make_client()
+    me = client.get("/v1/whoami").json()
+    assert me == {
+        "principal": "anonymous",
+        "token_id": None,
+        "admin": True,
+        "authentication": False,
+    }
+    put = client.put("/v1/models/m/permissions/alice", json={"level": "read"})
+    assert put.status_code == 200
+    assert put.headers["x-request-id"]
+    rows = client.get("/v1/audit", headers={"X-Request-ID": "req-42"})
+    assert rows.headers["x-request-id"] == "req-42"
+    [entry] = rows.json()["entries"]
+    assert (entry["actor"], entry["action"], entry["after"]) == (
+        "anonymous",
+        "permission.set",
+        {"level": "read"},
+    )
+    assert entry["request_id"] == put.headers["x-request-id"]
+
+
+def test_a_trusted_proxy_names_the_user(make_client: Any) -> None:
+    client = make_client(identity_header="X-Forwarded-User", admin_users=("boss",))
+    assert client.get("/v1/whoami").status_code == 401
+    alice = {"X-Forwarded-User": "alice"}
+    assert client.get("/v1/whoami", headers=alice).json()["principal"] == "alice"
+    assert client.get("/v1/models", headers=alice).status_code == 200
+    denied = client.put("/v1/models/m/permissions/alice", json={"level": "manage"}, headers=alice)
+    assert (denied.status_code, denied.json()["code"]) == (403, "forbidden")
+    boss = {"X-Forwarded-User": "boss"}
+    assert client.get("/v1/whoami", headers=boss).json()["admin"] is True
+    made = client.put("/v1/models/m/permissions/alice", json={"level": "manage"}, headers=boss)
+    assert made.status_code == 200
+    assert client.get("/v1/models/m/permissions", headers=alice).status_code == 200
+    # a token of one's own, then used instead of the header
+    token = client.post("/v1/tokens", json={"name": "laptop"}, headers=alice).json()
+    assert token["owner"] == "alice"
+    me = client.get("/v1/whoami", headers={"Authorization": f"Bearer {token['secret']}"})
+    assert (me.json()["principal"], me.json()["token_id"]) == ("alice", token["id"])
+    refused = client.post("/v1/tokens", json={"name": "x", "admin": True}, headers=alice)
+    assert refused.status_code == 403
+
+
+def test_stateless_operations_follow_the_setting(make_client: Any) -> None:
+    gated = make_client(admin_token=SecretStr(ADMIN), stateless_access="token")
+    refused = gated.post("/v1/validate", content=b"{}")
+    assert (refused.status_code, refused.json()["code"]) == (401, "unauthenticated")
+    allowed = gated.post(
+        "/v1/validate", content=b"{}", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert allowed.status_code not in (401, 403)
+    assert gated.get("/v1/models").status_code == 401
+    assert gated.get("/healthz").status_code == 200
+    opened = make_client(admin_token=SecretStr(ADMIN))
+    assert opened.post("/v1/validate", content=b"{}").status_code not in (401, 403)
+
+
+def test_the_bootstrap_token_rotates_and_retires(tmp_path: Path) -> None:
+    def open_with(token: str) -> Registry:
+        return Registry(Settings(data_dir=tmp_path, admin_token=SecretStr(token)))
+
+    first = open_with(ADMIN)
+    assert first.access.authenticate(ADMIN).admin
+    first.close()
+    rotated = "rotated-" + "b" * 32
+    second = open_with(rotated)
+    with pytest.raises(RegistryFailure, check=lambda e: e.code == "unauthenticated"):
+        second.access.authenticate(ADMIN)
+    assert second.access.authenticate(rotated).principal == "admin"
+    second.close()
+    retired = open_with("")
+    try:
+        with pytest.raises(RegistryFailure, check=lambda e: e.code == "token-revoked"):
+            retired.access.authenticate(rotated)
+        assert retired.access.token(BOOTSTRAP_ID).revoked_at is not None
+    finally:
+        retired.close()
+    with pytest.raises(ValueError, match="32 characters"):
+        Registry(Settings(data_dir=tmp_path, admin_token=SecretStr("short")))
