@@ -63,26 +63,11 @@ class _Model(BaseModel):
     __until__: ClassVar[Version | None] = None
 
 
-class Reading:
-    """What validating one document noticed, passed to pydantic as the validation context."""
-
-    def __init__(self) -> None:
-        #: ``Struct.field`` of every field the input omitted and its default filled.
-        self.filled: set[str] = set()
-
-
 class Struct(_Model):
     """A torch schema struct: every declared field is written, unknown keys are kept."""
 
     #: The fields that have a default, which a document may omit.
     __defaulted__: ClassVar[frozenset[str]] = frozenset()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if not _assigns_defaults(cls):
-            # pydantic-core calls the hook only when it is overridden: a struct without
-            # defaults (most of a document's) is built without a call into Python.
-            cls.model_post_init = BaseModel.model_post_init  # type: ignore[method-assign]
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -90,28 +75,6 @@ class Struct(_Model):
         cls.__defaulted__ = frozenset(
             name for name, info in cls.model_fields.items() if not info.is_required()
         )
-        if cls.__defaulted__ and cls.model_post_init is BaseModel.model_post_init:
-            raise TypeError(f"{cls.__name__} has defaults but no hook noting the filled ones")
-
-    def model_post_init(self, context: Any, /) -> None:
-        # Called by pydantic-core for each struct it builds: noting omitted fields here costs
-        # a set comparison per struct instead of a second walk over the whole document.
-        if isinstance(context, Reading) and not self.__defaulted__ <= self.__pydantic_fields_set__:
-            name = type(self).__name__
-            context.filled.update(
-                f"{name}.{field}" for field in self.__defaulted__ - self.__pydantic_fields_set__
-            )
-
-
-def _assigns_defaults(cls: type) -> bool:
-    """Whether the class or a base below Struct gives a field a default (class attribute)."""
-    for base in cls.__mro__:
-        if base is Struct:
-            return False
-        names = vars(base).get("__annotations__", {})
-        if any(name in vars(base) for name in names if not name.startswith("__")):
-            return True
-    return False
 
 
 class Arm(_Model):

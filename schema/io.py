@@ -9,12 +9,13 @@ import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated, Any, Generic, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from schema._base import Arm, OneOf, Reading, Struct, WireName
+from schema._base import Arm, OneOf, Struct, WireName
 from schema.description import field_annotation, union_arms
 from schema.errors import DocumentInvalid, Issue, pointer
 from schema.models import ExportedProgram
@@ -38,8 +39,35 @@ class Read(Generic[M]):
     document: M
     #: JSON pointers of the keys the schema does not declare (kept in the models' extras).
     unknown_fields: list[str]
-    #: ``Struct.field`` of each field some struct omitted and its default filled, sorted.
-    filled: list[str]
+
+    @cached_property
+    def filled(self) -> list[str]:
+        """``Struct.field`` of each field some struct omitted and its default filled, sorted.
+
+        Worked out on demand from the structs' fields-set: only upgrades ask, and noting it
+        while validating cost a Python call per struct with defaults (every node, every
+        named argument) on every read.
+        """
+        found: set[str] = set()
+        _omitted(self.document, found)
+        return sorted(found)
+
+
+def _omitted(value: Any, found: set[str]) -> None:
+    if isinstance(value, BaseModel):
+        if isinstance(value, Struct):
+            name = type(value).__name__
+            found.update(
+                f"{name}.{field}" for field in value.__defaulted__ - value.model_fields_set
+            )
+        for item in value.__dict__.values():
+            _omitted(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _omitted(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _omitted(item, found)
 
 
 def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # type: ignore[assignment]
@@ -49,19 +77,16 @@ def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # typ
     known to have none without walking the models; only a document with some is read again.
     """
     with no_cycle_collection():
-        reading = Reading()
         try:
-            doc = model.model_validate_json(data, extra="forbid", context=reading)
-            return Read(doc, [], sorted(reading.filled))
+            return Read(model.model_validate_json(data, extra="forbid"), [])
         except ValidationError as exc:
             first = exc
-        reading = Reading()
         try:
-            doc = model.model_validate_json(data, context=reading)
+            doc = model.model_validate_json(data)
         except ValidationError as exc:
             raise DocumentInvalid(issues_from(exc, model)) from None
         unknown = [i.path for i in issues_from(first, model) if i.code == "unknown-field"]
-        return Read(doc, unknown, sorted(reading.filled))
+        return Read(doc, unknown)
 
 
 @contextmanager
@@ -70,12 +95,17 @@ def no_cycle_collection() -> Iterator[None]:
 
     The models form no cycles, so the collector finds nothing in them, yet on large graphs its
     repeated walks over them cost more than building them (validation, canonicalizing, diffs).
+    On the way out the objects made meanwhile move to the oldest generation (freeze, then
+    unfreeze: a list splice), so that the first young collection after the block does not
+    walk them all at once; they are still freed by reference counting as usual.
     """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
+        gc.unfreeze()
         if enabled:
             gc.enable()
 
