@@ -529,6 +529,15 @@ def deserialize_to(
 ) -> None:
     """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from the
     document and the weights; the worker reads the weights and writes the file itself."""
+    doc = buildable(document, weights, settings, model)
+    runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)
+
+
+def buildable(
+    document: Source, weights: TensorSource, settings: Settings, model: str | None = None
+) -> schema.ExportedProgram:
+    """The model's checked document, refused unless torch may be asked to build it: no pickles,
+    semantically valid, and weights given where the program has some."""
     refuse_pickles(document, settings)
     read = read_document(document, model, settings)
     doc = read.doc
@@ -546,7 +555,7 @@ def deserialize_to(
             _issues(errors),
         )
     _refuse_without_weights(doc, weights)
-    runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)
+    return doc
 
 
 def _refuse_without_weights(doc: schema.ExportedProgram, weights: TensorSource) -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
-import schema
 from app import operations as ops
 from app.api.deps import (
     Admitted,
@@ -80,32 +77,22 @@ def _archive_part(part: Part) -> Part:
             "description": "JSON; a zip of documents, manifest and weights.safetensors "
             "with ?weights=safetensors",
         },
-        **problem_responses(*READ_PROBLEMS),
+        **problem_responses(*READ_PROBLEMS, "service-busy"),
     },
 )
 def serialize(
     upload: UploadDep,
     settings: SettingsDep,
+    documents: DocumentsDep,
+    admitted: AdmittedDep,
     output: OutputDep,
     weights: Literal["none", "safetensors"] = "none",
 ) -> Response:
     """A .pt2 archive -> its documents and weights manifest (optionally the weights too)."""
-    part = _archive_part(upload.one("file", "archive"))
-    with ops.open_source(part.path, "zip", settings) as source:
-        result = ops.serialize(source, settings)
-        manifest = [w.model_dump(mode="json") for w in result.weights]
-        if weights == "none":
-            documents = {n: orjson.Fragment(schema.dump(d)) for n, d in result.documents.items()}
-            body = orjson.dumps({"documents": documents, "weights": manifest})
-            return Response(body, media_type="application/json")
-        # The bundle is built on disk and sent from there: the weights never sit in memory.
-        with zipfile.ZipFile(output, "w", zipfile.ZIP_STORED) as zf:
-            for name, doc in result.documents.items():
-                zf.writestr(f"documents/{name}.json", schema.dump(doc))
-            zf.writestr("manifest.json", orjson.dumps(manifest))
-            with zf.open("weights.safetensors", "w", force_zip64=True) as member:
-                ops.write_weights_safetensors(source, member)
-    return FileResponse(output, media_type=ZIP)
+    part = _job_upload(_archive_part(upload.one("file", "archive")))
+    bundle = weights == "safetensors"
+    documents.run(admitted.document_bytes, jobs.job_serialize, part, settings, bundle, output)
+    return FileResponse(output, media_type=ZIP if bundle else "application/json")
 
 
 @router.post(
@@ -122,7 +109,7 @@ def serialize(
             "invalid-program",
             "weights-mismatch",
             "weights-missing",
-            *TORCH_PROBLEMS,
+            *WORK_PROBLEMS,
         ),
     },
 )
@@ -130,15 +117,25 @@ def deserialize(
     upload: UploadDep,
     settings: SettingsDep,
     pool: PoolDep,
+    documents: DocumentsDep,
+    admitted: AdmittedDep,
     output: OutputDep,
     model: str | None = None,
 ) -> Response:
     """A document (JSON, or an archive's) and safetensors weights -> a loadable .pt2."""
-    document = upload.one("document", "file")
+    document = _job_upload(upload.one("document", "file"))
     weights = _weights_part(upload)
-    with ops.open_source(document.path, _source_media(document), settings) as source:
-        tensors = ops.weights_from(weights.path if weights else None, source, model)
-        ops.deserialize_to(source, tensors, settings, pool, output, model)
+    checked = output.with_name("document.json")  # in the output's folder, removed with it
+    tensors = documents.run(
+        admitted.document_bytes,
+        jobs.job_buildable,
+        document,
+        settings,
+        model,
+        weights.path if weights else None,
+        checked,
+    )
+    pool.submit("job_deserialize_to_pt2", checked, tensors, output)
     return FileResponse(output, media_type=ZIP, filename="program.pt2")
 
 

@@ -22,9 +22,10 @@ def job_ping() -> int:
     return os.getpid()
 
 
-def job_deserialize_to_pt2(doc_json: bytes, tensors: TensorSource, target: Path) -> None:
-    """Write to `target` the .pt2 of the program torch builds from a document and its tensors;
-    fails with what `job_torch_check` reports when torch cannot build it."""
+def job_deserialize_to_pt2(doc_json: bytes | Path, tensors: TensorSource, target: Path) -> None:
+    """Write to `target` the .pt2 of the program torch builds from a document (its bytes, or a
+    file of them) and its tensors; fails with what `job_torch_check` reports when torch cannot
+    build it."""
     _torch_job(doc_json, tensors, target)
 
 

@@ -34,11 +34,12 @@ MEMORY_PER_DOCUMENT_BYTE = 32
 BASE_NEED = 16 * MiB
 
 
-class ServiceBusy(Failure):
-    """The process has more work in flight and waiting than its budget and queue allow."""
+class AdmissionFailure(Failure):
+    """A request refused for now (`service-busy`): the process has more work in flight and
+    waiting than its budget and queue allow."""
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__("service-busy", message)
+    def __init__(self, code: str, message: str, retry_after_s: int) -> None:
+        super().__init__(code, message)
         self.retry_after_s = retry_after_s
         #: what the HTTP layer adds to its answer (app.api.problems)
         self.headers = {"Retry-After": str(retry_after_s)}
@@ -83,7 +84,7 @@ class Admission:
 
     @asynccontextmanager
     async def admit(self, need: int) -> AsyncIterator[None]:
-        """Hold `need` bytes of the budget for the block; waits, or raises ServiceBusy. A need
+        """Hold `need` bytes of the budget for the block; waits, or raises AdmissionFailure. A need
         over the whole budget is admitted alone (an upload under every limit is still served)."""
         need = max(0, min(need, self.budget))
         await self._acquire(need)
@@ -132,10 +133,9 @@ class Admission:
             with suppress(RuntimeError):  # its loop closed: the request is gone with it
                 waiter.loop.call_soon_threadsafe(_wake, waiter.future)
 
-    def _busy(self, why: str) -> ServiceBusy:
-        return ServiceBusy(
-            f"the service is busy ({why}); retry in {self.retry_after_s}s", self.retry_after_s
-        )
+    def _busy(self, why: str) -> AdmissionFailure:
+        message = f"the service is busy ({why}); retry in {self.retry_after_s}s"
+        return AdmissionFailure("service-busy", message, self.retry_after_s)
 
 
 def _wake(future: asyncio.Future[None]) -> None:

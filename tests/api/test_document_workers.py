@@ -4,12 +4,15 @@ Retry-After when the budget and its queue are full."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 
 import orjson
 import pytest
+import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -18,7 +21,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.workers.admission import Admission
 from app.workers.documents import DocumentRunner
-from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
+from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
 #: every upload goes to a document worker
@@ -156,3 +159,27 @@ def test_a_request_waits_in_the_queue_until_the_budget_frees(archive: bytes) -> 
         admission._release(held)  # the work in flight ends
         waiting.join(30)
         assert answers == [200]
+
+
+def test_serialize_and_deserialize_read_their_documents_in_workers(
+    in_workers: TestClient, archive: bytes, zoo: dict[str, ZooProgram]
+) -> None:
+    program = zoo[PROGRAM_NAMES[0]]
+    plain = in_workers.post("/v1/serialize", content=archive, headers=ZIP)
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["documents"]["model"] == orjson.loads(torch_json(program.ep))
+    bundle = in_workers.post(
+        "/v1/serialize", params={"weights": "safetensors"}, files={"file": archive}
+    )
+    assert bundle.status_code == 200, bundle.text
+    with zipfile.ZipFile(io.BytesIO(bundle.content)) as zf:
+        document = zf.read("documents/model.json")
+        weights = zf.read("weights.safetensors")
+    rebuilt = in_workers.post("/v1/deserialize", files={"document": document, "weights": weights})
+    assert rebuilt.status_code == 200, rebuilt.text
+    # the archive was written by the app from a program this test exported
+    loaded = torch.export.load(io.BytesIO(rebuilt.content))
+    assert outputs_close(loaded.module()(*program.args, **program.kwargs), program.run())
+    missing = in_workers.post("/v1/deserialize", files={"document": document})
+    assert missing.status_code == 422
+    assert missing.json()["code"] == "weights-missing"

@@ -14,7 +14,7 @@ from app.workers.admission import (
     BASE_NEED,
     MEMORY_PER_DOCUMENT_BYTE,
     Admission,
-    ServiceBusy,
+    AdmissionFailure,
     document_bytes,
     memory_need,
 )
@@ -44,7 +44,7 @@ def test_within_the_budget_waiting_then_busy() -> None:
         second = asyncio.create_task(_hold(admission, 50, asyncio.Event()))
         await _settle()
         assert (admission.in_flight, admission.waiting) == (80, 1)
-        with pytest.raises(ServiceBusy) as caught:
+        with pytest.raises(AdmissionFailure) as caught:
             async with admission.admit(10):
                 pass
         assert caught.value.code == "service-busy"
@@ -67,7 +67,7 @@ def test_a_wait_past_wait_s_is_busy_and_gives_its_place_back() -> None:
         release = asyncio.Event()
         holder = asyncio.create_task(_hold(admission, 100, release))
         await _settle()
-        with pytest.raises(ServiceBusy, match="no room for it within 0.1s"):
+        with pytest.raises(AdmissionFailure, match="no room for it within 0.1s"):
             async with admission.admit(1):
                 pass
         assert (admission.in_flight, admission.waiting) == (100, 0)
@@ -101,7 +101,7 @@ def test_a_need_over_the_whole_budget_runs_alone() -> None:
         admission = _admission(queue=0)
         async with admission.admit(10_000):
             assert admission.in_flight == 100
-            with pytest.raises(ServiceBusy):
+            with pytest.raises(AdmissionFailure):
                 async with admission.admit(1):
                     pass
         assert admission.in_flight == 0

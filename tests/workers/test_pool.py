@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import subprocess
-import sys
 import time
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -23,10 +20,10 @@ from app.workers import documents as document_jobs
 from app.workers import worker
 from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool
-from tests.conftest import ROOT
-from tests.programs import PROGRAM_NAMES
+from bench.zoo import PROGRAM_NAMES
 from tests.workers import jobs
 from tests.workers.conftest import spec
+from tests.workers.owner import alive, survivors
 
 
 def _failure(pool: WorkerPool, job: object, *args: object) -> Failure:
@@ -37,15 +34,9 @@ def _failure(pool: WorkerPool, job: object, *args: object) -> Failure:
 
 def _gone(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return False
+    return not alive(pid)
 
 
 def test_document_workers_never_import_torch(documents: WorkerPool) -> None:
@@ -168,6 +159,7 @@ POOL_SCRIPT = """
 import sys
 from app.workers.pool import WorkerPool
 from tests.workers.conftest import spec
+from tests.workers.owner import alive, survivors
 
 pool = WorkerPool(spec(workers=2, preload=(), idle_s=0))
 pool.submit("pid")
@@ -177,32 +169,8 @@ pool.submit("sleep", 120, sys.argv[1])
 
 
 def test_workers_die_with_the_process_of_their_pool(tmp_path: Path) -> None:
-    marker = tmp_path / "started"
-    owner = subprocess.Popen(
-        [sys.executable, "-c", POOL_SCRIPT, str(marker)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        assert owner.stdout is not None
-        pids = [int(p) for p in owner.stdout.readline().split()]
-        assert len(pids) == 2, pids
-        deadline = time.monotonic() + 60
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.exists()
-        os.kill(owner.pid, signal.SIGKILL)
-        owner.wait(10)
-        # the busy one by its watch (parent gone, pipe closed), the idle one by its pipe's end
-        assert all(_gone(pid, 5) for pid in pids), pids
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
-        if owner.stdout is not None:
-            owner.stdout.close()
+    # the busy one by its watch (parent gone, pipe closed), the idle one by its pipe's end
+    assert survivors(POOL_SCRIPT, tmp_path / "started") == []
 
 
 def test_small_inputs_stay_in_process_large_ones_go_to_a_worker() -> None:
