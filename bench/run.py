@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.settings import MiB, Settings
-from bench import service
+from bench import mixed, service
 from bench.cases import Measured, measure_hashing, measure_program
 from bench.hf_programs import hf_programs
 from bench.plan import Plan
@@ -259,9 +259,16 @@ def main(argv: list[str] | None = None) -> int:
             hash_measured.append((program.name, size, measure_hashing(program, plan)))
         rows += hash_rows(hash_measured)
     http: list[Row] = []
+    mixed_text, mixed_held = "", True
     if not args.no_http:
         with phase(plan, "HTTP", 0 if args.smoke else 100):
             http = http_rows(suite)
+        with phase(plan, "mixed load", 0 if args.smoke else 100):
+            # issue 14's load: the small program and, outside smoke runs, the 1k-node one
+            large = suite.library[1] if len(suite.library) > 1 else suite.library[0]
+            clients, window = (4, 2.0) if args.smoke else (16, 60.0)
+            mixed_text, mixed_held = mixed.bench_section(suite.library[0], large, clients, window)
+            print(mixed_text)
     plan.torch_enabled = False
     for i, program in enumerate(suite.large):
         with phase(plan, f"{program.name} (ours only)", 100.0 if i + 1 < len(suite.large) else 0.0):
@@ -285,10 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         previous = out.read_text() if out.exists() else ""
         kept = kept_sections(previous)
-        out.write_text(document(rows, facts, [], LEGEND) + ("\n" + kept if kept else ""))
+        written = document(rows, facts, [], LEGEND) + ("\n" + mixed_text if mixed_text else "")
+        out.write_text(written + ("\n" + kept if kept else ""))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
-    return 1 if any(r.status == "FAIL" for r in rows) else 0
+    return 1 if any(r.status == "FAIL" for r in rows) or not mixed_held else 0
 
 
 def _order(row: Row, suite: Suite) -> tuple[int, int]:

@@ -1,0 +1,182 @@
+"""The service under a mixed load (issue 14): clients on loopback, each on one keep-alive
+connection, cycling through validate at every level, canonicalize and registry pushes of a small
+and a large program, for a time window. The figure that must hold is no 5xx at all (a 503 with
+Retry-After counts as one too: a busy server answers it only past its queue, which this load
+should not reach); the latencies are recorded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import math
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from bench import service
+from bench.programs import Program
+from bench.progress import progress
+from bench.report import seconds
+
+JSON = "application/json"
+ZIP = "application/zip"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kind of request: a label for the report, the path, the body and its media type."""
+
+    label: str
+    path: str
+    body: bytes
+    media: str
+
+
+def mix(small_doc: bytes, small_zip: bytes, large_doc: bytes, large_zip: bytes) -> list[Call]:
+    """Validate at every level, canonicalize and push, each on the small and the large program.
+    `{client}` in a push's path is the client's number (each pushes to models of its own)."""
+    calls = []
+    for size, doc, archive in (("small", small_doc, small_zip), ("large", large_doc, large_zip)):
+        for level in ("schema", "semantic"):
+            calls.append(Call(f"validate {level} {size}", f"/v1/validate?level={level}", doc, JSON))
+        calls.append(Call(f"validate torch {size}", "/v1/validate?level=torch", archive, ZIP))
+        calls.append(Call(f"canonicalize {size}", "/v1/canonicalize", doc, JSON))
+        calls.append(Call(f"canonicalize {size} .pt2", "/v1/canonicalize", archive, ZIP))
+        calls.append(
+            Call(f"push {size}", f"/v1/models/load-{{client}}-{size}/versions", archive, ZIP)
+        )
+    return calls
+
+
+@dataclass
+class Mixed:
+    """What a mixed load got: every request's label, status and latency."""
+
+    clients: int
+    seconds: float
+    done: list[tuple[str, int, float]] = field(default_factory=list)
+    #: requests that got no HTTP answer at all (a reset or closed connection)
+    lost: list[str] = field(default_factory=list)
+
+    @property
+    def server_errors(self) -> int:
+        """Answers with a 5xx status, and requests answered not at all."""
+        return sum(1 for _, status, _ in self.done if status >= 500) + len(self.lost)
+
+    def latencies(self, label: str | None = None) -> list[float]:
+        """Latencies of the requests labelled `label` (all, for None), sorted."""
+        return sorted(t for name, _, t in self.done if label in (None, name))
+
+    def percentile(self, q: float, label: str | None = None) -> float:
+        """The q-th latency percentile (nearest rank)."""
+        ordered = self.latencies(label)
+        if not ordered:
+            return math.nan
+        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+    def statuses(self) -> Counter[int]:
+        """How many answers had each status."""
+        return Counter(status for _, status, _ in self.done)
+
+
+def run(
+    host: str, port: int, calls: list[Call], clients: int, window: float, max_requests: int
+) -> Mixed:
+    """`clients` threads cycling through `calls` (each from its own offset) for `window` seconds
+    or `max_requests` requests in all; requests in flight at the end are awaited and counted."""
+    result = Mixed(clients, 0.0)
+    lock = threading.Lock()
+    began = time.perf_counter()
+    deadline = began + window
+
+    def client(index: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=600)
+        sent = 0
+        try:
+            while time.perf_counter() < deadline:
+                with lock:
+                    if len(result.done) + len(result.lost) >= max_requests:
+                        return
+                call = calls[(index + sent) % len(calls)]
+                sent += 1
+                _one(conn, call, index, result, lock)
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _one(
+    conn: http.client.HTTPConnection, call: Call, index: int, out: Mixed, lock: threading.Lock
+) -> None:
+    began = time.perf_counter()
+    try:
+        conn.request(
+            "POST",
+            call.path.format(client=index),
+            body=call.body,
+            headers={"Content-Type": call.media},
+        )
+        response = conn.getresponse()
+        response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        conn.close()
+        with lock:
+            out.lost.append(f"{call.label}: {type(exc).__name__}: {exc}")
+        return
+    with lock:
+        out.done.append((call.label, response.status, time.perf_counter() - began))
+
+
+def section(load: Mixed, calls: list[Call], about: str) -> str:
+    """The RESULTS.md section of a mixed load."""
+    statuses = ", ".join(f"{s}: {n}" for s, n in sorted(load.statuses().items()))
+    verdict = "holds" if load.server_errors == 0 else "FAIL"
+    lines = [
+        "## Mixed load (issue 14)",
+        "",
+        f"{about}. {load.clients} clients for {load.seconds:.0f} s, each on one keep-alive "
+        "connection cycling through the requests below (validate at every level, canonicalize "
+        "and registry pushes, on a small and a large program).",
+        "",
+        f"- **requests**: {len(load.done) + len(load.lost)} "
+        f"({len(load.done) / load.seconds:.1f} answered a second); statuses {statuses}",
+        f"- **5xx or no answer**: {load.server_errors} (target 0: {verdict})"
+        + (f"; first lost: {load.lost[0]}" if load.lost else ""),
+        f"- **latency, all requests**: p50 {seconds(load.percentile(50))}, "
+        f"p99 {seconds(load.percentile(99))}, max {seconds(load.percentile(100))}",
+        "",
+        "| request | body | n | p50 | p99 | max |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for call in calls:
+        count = len(load.latencies(call.label))
+        lines.append(
+            f"| {call.label} | {len(call.body) / 1e6:.2f} MB | {count} | "
+            f"{seconds(load.percentile(50, call.label))} | "
+            f"{seconds(load.percentile(99, call.label))} | "
+            f"{seconds(load.percentile(100, call.label))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def bench_section(small: Program, large: Program, clients: int, window: float) -> tuple[str, bool]:
+    """Run the mixed load against `pt2serde serve` as deployed; its RESULTS.md section, and
+    whether it held (no 5xx)."""
+    calls = mix(small.document, small.archive_bytes, large.document, large.archive_bytes)
+    server = service.start_server()
+    try:
+        progress(f"mixed load: {clients} clients for {window:.0f} s")
+        load = run(server.host, server.port, calls, clients, window, max_requests=1_000_000)
+    finally:
+        service.stop_server(server)
+    about = (
+        f"`pt2serde serve` as deployed (default settings: one HTTP process per CPU), small = "
+        f"{small.name} ({small.nodes:,} nodes), large = {large.name} ({large.nodes:,} nodes)"
+    )
+    return section(load, calls, about), load.server_errors == 0
