@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     http_max_connections: int = 1000
     #: seconds a stopping server waits for requests in flight before it cancels them.
     http_graceful_shutdown_s: int = 30
+    #: seconds uvicorn's supervisor waits for an HTTP process to answer its ping before it kills
+    #: it; uvicorn's 5 s kills processes still importing the service on a loaded host, forever.
+    http_healthcheck_timeout_s: int = 60
     #: parts a multipart form may have (a form needs at most a few; each part costs bookkeeping).
     max_form_parts: int = 16
     max_members: int = Limits.max_members

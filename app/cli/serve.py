@@ -35,6 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=settings.http_keep_alive_s,
         limit_concurrency=settings.http_max_connections or None,
         timeout_graceful_shutdown=settings.http_graceful_shutdown_s,
+        timeout_worker_healthcheck=settings.http_healthcheck_timeout_s,
     )
     return EXIT_OK
 
