@@ -236,6 +236,24 @@ def _blob(org: Org, role: str, allowed: bool) -> Call:
     return Call("GET", f"/v1/blobs/{digest}")
 
 
+#: webhooks post to a closed loopback port: their deliveries fail and stay out of the way.
+_HOOK = {"url": "http://127.0.0.1:9/hook"}
+
+
+def _create_webhook(model: str | None) -> Callable[[Org, str, bool], Call]:
+    return lambda org, role, allowed: Call(
+        "POST", "/v1/webhooks", {"json": {**_HOOK, "model": model}}
+    )
+
+
+def _webhook(method: str, suffix: str = "") -> Callable[[Org, str, bool], Call]:
+    def call(org: Org, role: str, allowed: bool) -> Call:
+        made = org.admin("POST", "/v1/webhooks", json={**_HOOK, "model": "m"}).json()
+        return Call(method, f"/v1/webhooks/{made['id']}{suffix}")
+
+    return call
+
+
 CASES = [
     Case("whoami", "any", 200, _get("/v1/whoami")),
     Case("list-models", "any", 200, _get("/v1/models")),
@@ -266,6 +284,13 @@ CASES = [
     Case("list-tokens", "any", 200, _get("/v1/tokens")),
     Case("revoke-own-token", "any", 200, _revoke_token(own=True)),
     Case("revoke-token", "admin", 200, _revoke_token(own=False)),
+    Case("search", "any", 200, _get("/v1/search?model=m")),
+    Case("create-webhook", "manage", 201, _create_webhook("m")),
+    Case("create-global-webhook", "admin", 201, _create_webhook(None)),
+    Case("list-webhooks", "any", 200, _get("/v1/webhooks")),
+    Case("get-webhook", "manage", 200, _webhook("GET")),
+    Case("webhook-deliveries", "manage", 200, _webhook("GET", "/deliveries")),
+    Case("delete-webhook", "manage", 204, _webhook("DELETE")),
 ]
 
 
@@ -308,6 +333,13 @@ def test_every_route_answers_every_role(org: Org) -> None:
     assert org.client("nobody").get("/v1/models").json()["models"] == []
     listed = org.client("reader").get("/v1/models").json()["models"]
     assert [m["name"] for m in listed] == ["m"]
+    # so do search and the webhook list (a model's managers see its webhooks, admins all)
+    nobody, reader, manager = (org.client(role) for role in ("nobody", "reader", "manager"))
+    assert nobody.get("/v1/search").json()["versions"] == []
+    assert nobody.get("/v1/webhooks").json()["webhooks"] == []
+    assert {v["model"] for v in reader.get("/v1/search").json()["versions"]} == {"m"}
+    assert reader.get("/v1/webhooks").json()["webhooks"] == []
+    assert {h["model"] for h in manager.get("/v1/webhooks").json()["webhooks"]} == {"m"}
 
     rows = _audit(org)
     found = Counter((r["actor"], r["action"], r["target"]) for r in rows)
