@@ -16,9 +16,12 @@ _LEVELS = ("none", "read", "write", "manage")
 
 
 def _token_line(token: Any) -> str:
-    state = "revoked" if token.revoked_at else f"expires {token.expires_at:%Y-%m-%d %H:%M}Z"
-    if not token.revoked_at and token.expires_at is None:
+    if token.revoked_at:
+        state = "revoked"
+    elif token.expires_at is None:
         state = "no expiry"
+    else:
+        state = f"expires {token.expires_at:%Y-%m-%d %H:%M}Z"
     role = "  admin" if token.admin else ""
     return f"{token.id}  {token.owner}  {token.name!r}  {state}{role}"
 

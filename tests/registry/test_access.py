@@ -9,6 +9,10 @@ actor, and nothing else is.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.api.conftest import ROOT
 from tests.registry.conftest import (
     RegistryServer,
     make_backend,
@@ -385,3 +390,41 @@ def backend_has(org: Org, text: str) -> bool:
     finally:
         db.close()
     return text in values
+
+
+def test_the_cli_manages_tokens_and_reads_the_audit_log(org: Org) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PT2SERDE_")}
+    env |= {"PYTHONPATH": str(ROOT), "PT2SERDE_URL": org.server.url}
+
+    def cli(*args: str, token: str | None = ADMIN_TOKEN) -> Any:
+        run_env = env if token is None else {**env, "PT2SERDE_TOKEN": token}
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", *args, "--json"],
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    made = cli("token", "create", "from-cli", "--owner", "reader")
+    assert made["secret"].startswith("pt2s_")
+    assert made["id"] in {t["id"] for t in cli("token", "list")}
+    # --token wins over $PT2SERDE_TOKEN: the reader sees only the reader's tokens
+    own = cli("token", "list", "--token", made["secret"])
+    assert {t["owner"] for t in own} == {"reader"}
+    assert cli("token", "revoke", made["id"])["revoked_at"] is not None
+    grants = {g["principal"]: g["level"] for g in cli("permission", "m")}
+    assert grants["reader"] == "read"
+    assert cli("permission", "m", "p-cli", "write")["level"] == "write"
+    page = cli("audit", "--action", "token.revoke", "--limit", "1")
+    [entry] = page["entries"]
+    assert (entry["actor"], entry["target"]) == ("admin", f"tokens/{made['id']}")
+    refused = subprocess.run(
+        [sys.executable, "-m", "app.cli", "token", "list"], env=env, capture_output=True, text=True
+    )
+    assert refused.returncode != 0
+    assert refused.stderr.strip() == (
+        "pt2serde: unauthenticated: send Authorization: Bearer <token>"
+    )
