@@ -376,7 +376,7 @@ def _members(archive: bytes) -> dict[str, Any]:
 
 
 def _outputs_close(a: Any, b: Any) -> bool:
-    from tests.programs import outputs_close
+    from bench.zoo import outputs_close
 
     return outputs_close(a, b)
 

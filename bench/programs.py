@@ -284,7 +284,7 @@ def weights_program(cache: Cache, layers: int, width: int) -> Program:
 
 def zoo_programs(cache: Cache) -> list[Program]:
     """The test zoo's real programs (exported afresh each run: it takes seconds)."""
-    from tests.programs import build_zoo, register_custom_ops
+    from bench.zoo import build_zoo, register_custom_ops
 
     register_custom_ops()
     programs: list[Program] = []
@@ -303,7 +303,7 @@ def zoo_programs(cache: Cache) -> list[Program]:
         programs.append(
             Program(
                 f"zoo/{name}",
-                "tests.programs zoo",
+                "bench.zoo",
                 node_count(document),
                 document,
                 path,

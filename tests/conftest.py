@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.programs import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
+from bench.zoo import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
 
 if TYPE_CHECKING:
     from tests.realzoo import RealProgram

@@ -19,7 +19,7 @@ from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
-from tests.programs import ZooProgram, outputs_close
+from bench.zoo import ZooProgram, outputs_close
 from tests.realzoo_ops import register_real_ops
 
 #: modules a torch worker must import for the zoo's operator namespaces with kernels: our custom

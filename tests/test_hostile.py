@@ -16,6 +16,7 @@ from app.failure import Failure
 from app.programs.findings import Finding
 from app.registry import Registry, RegistryFailure
 from app.settings import Settings
+from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
 from schema import Issue, SchemaError
 from tests.hostile import (
     HOSTILE,
@@ -25,7 +26,6 @@ from tests.hostile import (
     consume,
     with_sample_inputs,
 )
-from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
 from tests.registry.conftest import InProcessTorch, sample_inputs_of, stored_files
 
 SETTINGS = Settings()

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 import schema
+from bench.zoo import build_program, torch_json
 from tests.conftest import ROOT
-from tests.programs import build_program, torch_json
 
 #: Modules the base install must not pull in (they belong to the extras).
 EXTRA_MODULES = ("torch", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg")

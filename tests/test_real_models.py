@@ -27,8 +27,8 @@ from app import operations as ops
 from app.bridge import WorkerPool
 from app.programs.findings import Level, Report
 from app.settings import Settings
+from bench.zoo import archive_bytes, torch_json
 from tests.conftest import ROOT
-from tests.programs import archive_bytes, torch_json
 from tests.progs.test_canonical import torch_canonical
 from tests.realzoo import (
     HF_PROGRAM_NAMES,

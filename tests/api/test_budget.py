@@ -31,8 +31,8 @@ from torch import nn
 from app.archive import manifest, open_archive
 from app.bridge import from_safetensors
 from app.settings import Settings
+from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server
-from tests.programs import ZooProgram, archive_bytes
 
 MiB = 1024 * 1024
 BUDGET = 64 * MiB

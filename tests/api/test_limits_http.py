@@ -18,8 +18,8 @@ import torch
 
 from app.api.uploads import MAX_PART_HEADER_BYTES
 from app.settings import Settings
+from bench.zoo import archive_bytes
 from tests.api.conftest import Server, upload_leftovers
-from tests.programs import archive_bytes
 from tests.registry.conftest import rewrite_member
 
 ZIP = {"Content-Type": "application/zip"}

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tests.programs import register_custom_ops
+from bench.zoo import register_custom_ops
 
 
 def _graphs(graph: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -28,7 +28,7 @@ import torch
 from app.programs import opset
 from app.programs.validation import validate_bytes
 from app.settings import Settings
-from tests.programs import PROGRAM_NAMES, archive_bytes
+from bench.zoo import PROGRAM_NAMES, archive_bytes
 from tests.realzoo import VOCAB, tiny_hf_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.programs import ZooProgram, archive_bytes
+from bench.zoo import ZooProgram, archive_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "app" / "programs" / "opset.json.gz"

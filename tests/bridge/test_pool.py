@@ -24,9 +24,9 @@ from app.bridge.report import TorchCheck
 from app.bridge.safetensors_io import to_safetensors
 from app.bridge.sources import TensorSource
 from app.settings import Settings
+from bench.zoo import ZooProgram, outputs_close, register_custom_ops
 from schema import Issue
 from tests.bridge import pool_jobs
-from tests.programs import ZooProgram, outputs_close, register_custom_ops
 
 GiB = 1024**3
 MAX_JOBS = 4

@@ -33,8 +33,8 @@ from app.bridge.report import TorchCheck
 from app.bridge.sources import TensorSource
 from app.bridge.standins import StandIn, StandInType, stand_ins, unknown_types
 from app.settings import Settings
+from bench.zoo import PROGRAM_NAMES, outputs_close
 from tests.bridge import pool_jobs
-from tests.programs import PROGRAM_NAMES, outputs_close
 from tests.realzoo import VOCAB, tiny_hf_model
 
 # ---------------------------------------------------------------- user types and programs

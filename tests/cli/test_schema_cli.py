@@ -9,7 +9,7 @@ import pytest
 
 import schema
 from app.cli import EXIT_INVALID, EXIT_OK, main
-from tests.programs import build_program, torch_json
+from bench.zoo import build_program, torch_json
 
 
 @pytest.fixture(scope="module")

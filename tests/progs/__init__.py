@@ -1,1 +1,1 @@
-"""Tests of app.programs (named progs: tests/programs.py is the zoo module)."""
+"""Tests of app.programs (named progs so as not to read as a zoo of programs: bench/zoo.py)."""

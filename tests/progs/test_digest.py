@@ -18,7 +18,7 @@ from app.programs.digest import (
     tensor_digest,
     weights_digest,
 )
-from tests.programs import torch_json
+from bench.zoo import torch_json
 from tests.progs import twin_a
 
 FLOAT = int(schema.ScalarType.FLOAT)

@@ -30,7 +30,7 @@ from app.programs.diff import (
 from app.programs.diff.models import OutputMetaChange
 from app.programs.diff.prepared import canonical_graph
 from app.settings import Settings
-from tests.programs import (
+from bench.zoo import (
     PROGRAM_NAMES,
     ZooProgram,
     _run_decompositions,

@@ -13,11 +13,11 @@ import torch
 from torch._export.serde.serialize import _SYM_OPS, GraphModuleSerializer
 
 import schema
-from app.programs.screen import UnsafeProgram, custom_namespaces, refuse_if_unsafe, screen
 from app.programs.findings import Finding
+from app.programs.screen import UnsafeProgram, custom_namespaces, refuse_if_unsafe, screen
 from app.programs.validation import validate_document
 from app.settings import Limits
-from tests.programs import PROGRAM_NAMES, torch_json
+from bench.zoo import PROGRAM_NAMES, torch_json
 
 SETTINGS = Limits()
 LENIENT = dataclasses.replace(SETTINGS, allow_opaque_pickles=True)

@@ -21,7 +21,7 @@ from app.programs.validation import (
     validate_document,
 )
 from app.settings import Limits
-from tests.programs import PROGRAM_NAMES, ZooProgram, archive_bytes
+from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 SETTINGS = Limits()
 Mutation = Callable[[dict[str, Any]], None]

@@ -35,8 +35,8 @@ from app.registry.blobs import Objects, objects_for
 from app.registry.blobs.s3 import S3Objects
 from app.registry.objects import layout_of
 from app.settings import Settings
+from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import Server, free_port, start_server
-from tests.programs import ZooProgram, archive_bytes
 from tests.registry.seaweed import Seaweed, seaweed
 
 __all__ = ["seaweed"]

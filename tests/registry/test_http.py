@@ -20,8 +20,8 @@ import torch
 from app import client as registry_client
 from app import operations as ops
 from app.settings import Settings
+from bench.zoo import ZooProgram, outputs_close, torch_json
 from tests.cli.test_cli import run as run_cli
-from tests.programs import ZooProgram, outputs_close, torch_json
 from tests.registry.conftest import (
     BACKENDS,
     RegistryServer,

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from tests.programs import archive_bytes
+from bench.zoo import archive_bytes
 from tests.registry.conftest import (
     BACKENDS,
     Backend,

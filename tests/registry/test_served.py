@@ -15,9 +15,9 @@ from torch.export.pt2_archive._package import load_pt2
 
 from app.archive import RawTensor, open_archive, write_archive
 from app.registry import Pushed, Registry, RegistryFailure
+from bench.zoo import ZooProgram, outputs_close
 from tests.archive.zipcraft import rezip
 from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, consume, with_sample_inputs
-from tests.programs import ZooProgram, outputs_close
 from tests.registry.conftest import (
     Backend,
     InProcessTorch,

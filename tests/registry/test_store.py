@@ -28,7 +28,7 @@ from app.registry import (
 from app.registry.blobs.local import LocalObjects
 from app.registry.blobs.s3 import S3Objects
 from app.registry.db import MIGRATIONS, metadata
-from tests.programs import ZooProgram
+from bench.zoo import ZooProgram
 from tests.registry.conftest import (
     Backend,
     InProcessTorch,

@@ -14,9 +14,9 @@ import yaml
 
 import schema
 from app.programs.validation import schema_floor
+from bench.zoo import PROGRAM_NAMES
 from schema.compat import newest_used, used_features
 from schema.jsonschema import description_json_schema
-from tests.programs import PROGRAM_NAMES
 
 EIGHT_X = [v.version for v in schema.versions() if v.describable]
 
