@@ -68,14 +68,19 @@ async def upload(request: Request) -> AsyncIterator[Upload]:
 
 
 @dataclass(frozen=True)
-class Admitted:
+class Work:
     """A request admitted to do document work, and the bytes of documents its estimate counted
     (what decides whether the work runs in this process or in a document worker)."""
 
+    runner: DocumentRunner
     document_bytes: int
 
+    def run(self, job: Any, *args: Any) -> Any:
+        """`job(*args)` here or in a document worker (`DocumentRunner.run`)."""
+        return self.runner.run(self.document_bytes, job, *args)
 
-async def admit(request: Request, received: Upload) -> AsyncIterator[Admitted]:
+
+async def admit(request: Request, received: Upload) -> AsyncIterator[Work]:
     """Hold the upload's estimated memory need within the process's admission budget while the
     route works (waiting on the event loop, or 503 service-busy past the queue)."""
     settings = settings_of(request)
@@ -84,10 +89,10 @@ async def admit(request: Request, received: Upload) -> AsyncIterator[Admitted]:
     size = await anyio.to_thread.run_sync(documents_bytes, paths, settings.limits)
     admission: Admission = request.app.state.admission
     async with admission.admit(memory_need(size)):
-        yield Admitted(size)
+        yield Work(documents_of(request), size)
 
 
-async def admitted(request: Request, received: UploadDep) -> AsyncIterator[Admitted]:
+async def admitted(request: Request, received: UploadDep) -> AsyncIterator[Work]:
     """`admit` for the request's upload."""
     async for granted in admit(request, received):
         yield granted
@@ -118,9 +123,8 @@ def inspect_request(
 
 SettingsDep = Annotated[Settings, Depends(settings_of)]
 PoolDep = Annotated[LazyPool, Depends(pool_of)]
-DocumentsDep = Annotated[DocumentRunner, Depends(documents_of)]
 UploadDep = Annotated[Upload, Depends(upload)]
 #: released as soon as the route returns, not once its response is sent
-AdmittedDep = Annotated[Admitted, Depends(admitted, scope="function")]
+WorkDep = Annotated[Work, Depends(admitted, scope="function")]
 OutputDep = Annotated[Path, Depends(output)]
 InspectDep = Annotated[ops.InspectRequest, Depends(inspect_request)]

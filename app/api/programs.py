@@ -11,14 +11,13 @@ from pydantic import BaseModel
 
 from app import operations as ops
 from app.api.deps import (
-    Admitted,
-    AdmittedDep,
-    DocumentsDep,
     InspectDep,
     OutputDep,
     PoolDep,
     SettingsDep,
     UploadDep,
+    Work,
+    WorkDep,
     admit,
     settings_of,
 )
@@ -83,15 +82,14 @@ def _archive_part(part: Part) -> Part:
 def serialize(
     upload: UploadDep,
     settings: SettingsDep,
-    documents: DocumentsDep,
-    admitted: AdmittedDep,
+    work: WorkDep,
     output: OutputDep,
     weights: Literal["none", "safetensors"] = "none",
 ) -> Response:
     """A .pt2 archive -> its documents and weights manifest (optionally the weights too)."""
     part = _job_upload(_archive_part(upload.one("file", "archive")))
     bundle = weights == "safetensors"
-    documents.run(admitted.document_bytes, jobs.job_serialize, part, settings, bundle, output)
+    work.run(jobs.job_serialize, part, settings, bundle, output)
     return FileResponse(output, media_type=ZIP if bundle else "application/json")
 
 
@@ -117,8 +115,7 @@ def deserialize(
     upload: UploadDep,
     settings: SettingsDep,
     pool: PoolDep,
-    documents: DocumentsDep,
-    admitted: AdmittedDep,
+    work: WorkDep,
     output: OutputDep,
     model: str | None = None,
 ) -> Response:
@@ -126,15 +123,8 @@ def deserialize(
     document = _job_upload(upload.one("document", "file"))
     weights = _weights_part(upload)
     checked = output.with_name("document.json")  # in the output's folder, removed with it
-    tensors = documents.run(
-        admitted.document_bytes,
-        jobs.job_buildable,
-        document,
-        settings,
-        model,
-        weights.path if weights else None,
-        checked,
-    )
+    given = weights.path if weights else None
+    tensors = work.run(jobs.job_buildable, document, settings, model, given, checked)
     pool.submit("job_deserialize_to_pt2", checked, tensors, output)
     return FileResponse(output, media_type=ZIP, filename="program.pt2")
 
@@ -155,15 +145,13 @@ def deserialize(
 def canonicalize(
     upload: UploadDep,
     settings: SettingsDep,
-    documents: DocumentsDep,
-    admitted: AdmittedDep,
+    work: WorkDep,
     output: OutputDep,
     model: str | None = None,
 ) -> Response:
     """An archive or a document -> its canonical bytes, with the digests as headers."""
     part = _job_upload(upload.one("file", "document"))
-    size = admitted.document_bytes
-    _, digests = documents.run(size, jobs.job_canonical, part, settings, model, output)
+    _, digests = work.run(jobs.job_canonical, part, settings, model, output)
     return FileResponse(
         output,
         media_type="application/json",
@@ -187,8 +175,7 @@ def validate(
     upload: UploadDep,
     settings: SettingsDep,
     pool: PoolDep,
-    documents: DocumentsDep,
-    admitted: AdmittedDep,
+    work: WorkDep,
     output: OutputDep,
     level: Level = "torch",
     model: str | None = None,
@@ -198,8 +185,7 @@ def validate(
     part = _job_upload(upload.one("file", "document"))
     weights = _weights_part(upload)
     path = weights.path if weights is not None else None
-    size = admitted.document_bytes
-    checked = documents.run(size, jobs.job_check, part, settings, level, model, path, output)
+    checked = work.run(jobs.job_check, part, settings, level, model, path, output)
     if checked.tensors is None:
         return checked.report  # type: ignore[no-any-return]
     # the document job wrote the checked document to `output` for the torch job to read
@@ -248,13 +234,12 @@ class CompatOut(BaseModel):
 def compat(
     upload: UploadDep,
     settings: SettingsDep,
-    documents: DocumentsDep,
-    admitted: AdmittedDep,
+    work: WorkDep,
     model: str | None = None,
 ) -> CompatOut:
     """An archive or a document -> the torch releases whose schema can read it, and why not."""
     part = _job_upload(upload.one("file", "document"))
-    result = documents.run(admitted.document_bytes, jobs.job_compat, part, settings, model)
+    result = work.run(jobs.job_compat, part, settings, model)
     return CompatOut(
         min_version=result.min_version,
         features=[Feature(feature=f, since=v) for f, v in result.features],
@@ -280,15 +265,13 @@ def inspect(
     upload: UploadDep,
     settings: SettingsDep,
     request: InspectDep,
-    documents: DocumentsDep,
-    admitted: AdmittedDep,
+    work: WorkDep,
     model: str | None = None,
 ) -> BaseModel:
     """What is in a program: module tree, module graph, pipeline stages, partitions for a set of
     supported operators (targets or namespaces), operator histogram, or weights."""
     part = _job_upload(upload.one("file", "document"))
-    size = admitted.document_bytes
-    result = documents.run(size, jobs.job_inspect, part, settings, request, model)
+    result = work.run(jobs.job_inspect, part, settings, request, model)
     return answer(request.view, result)
 
 
@@ -307,7 +290,7 @@ async def _diff_upload(request: Request) -> AsyncIterator[Upload]:
 
 async def _diff_admitted(
     request: Request, upload: Annotated[Upload, Depends(_diff_upload)]
-) -> AsyncIterator[Admitted]:
+) -> AsyncIterator[Work]:
     """Admission (`deps.admit`) for both programs of a diff."""
     async for granted in admit(request, upload):
         yield granted
@@ -325,8 +308,7 @@ async def _diff_admitted(
 def diff(
     upload: Annotated[Upload, Depends(_diff_upload)],
     settings: SettingsDep,
-    documents: DocumentsDep,
-    admitted: Annotated[Admitted, Depends(_diff_admitted, scope="function")],
+    work: Annotated[Work, Depends(_diff_admitted, scope="function")],
     model: str | None = None,
     format: Literal["json", "text"] = "json",
 ) -> Response:
@@ -335,8 +317,7 @@ def diff(
     ranges, modules. Versions in the registry are diffed without uploading them:
     `GET /v1/models/{name}/versions/{ref}/diff?against={ref}`."""
     old, new = _job_upload(upload.need("old")), _job_upload(upload.need("new"))
-    size = admitted.document_bytes
-    result = documents.run(size, jobs.job_diff, old, new, settings, model)
+    result = work.run(jobs.job_diff, old, new, settings, model)
     if format == "text":
         return Response(render_text(result), media_type="text/plain")
     return Response(result.model_dump_json(), media_type="application/json")
