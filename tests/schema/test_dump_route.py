@@ -16,6 +16,9 @@ from schema.models import (
     ArgumentAsFloats,
     ArgumentAsInt,
     ArgumentAsString,
+    ArgumentAsStringToArgument,
+    ArgumentAsTensor,
+    ArgumentAsTensors,
     Device,
     ExportedProgram,
     TensorArgument,
@@ -40,6 +43,10 @@ def _pydantic(doc: BaseModel) -> bytes:
         Device(type="cpu"),
         Device.model_validate_json(b'{"type": "cpu", "index": 0, "unknown": [1, "NaN"]}'),
         TensorArgument.model_validate_json(b'{"name": "x", "extra": {"nested": 1}}'),
+        # arms orjson writes without the callback, holding structs with and without extras
+        ArgumentAsTensor.model_validate_json(b'{"as_tensor": {"name": "x", "extra": 1}}'),
+        ArgumentAsTensors(as_tensors=[TensorArgument(name="a"), TensorArgument(name="b")]),
+        ArgumentAsStringToArgument(as_string_to_argument={"k": ArgumentAsFloat(as_float=math.nan)}),
     ],
     ids=repr,
 )
