@@ -211,30 +211,35 @@ def claim(db: Database, owner: str, limit: int, lease_s: float) -> list[Claimed]
                 attempts=deliveries.c.attempts + 1,
             )
         )
-        rows = list(
-            conn.execute(
-                select(
-                    deliveries.c.id,
-                    deliveries.c.attempts,
-                    events,
-                    subscriptions.c.url,
-                    subscriptions.c.secret,
-                    subscriptions.c.deleted_at,
-                )
-                .join(events, events.c.id == deliveries.c.event_id)
-                .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
-                .where(deliveries.c.id.in_(ids))
-                .order_by(deliveries.c.id)
+        return _claimed(conn, ids)
+
+
+def _claimed(conn: Connection, ids: list[int]) -> list[Claimed]:
+    """What the claimed deliveries send; those whose subscription is gone are cancelled."""
+    rows = list(
+        conn.execute(
+            select(
+                deliveries.c.id,
+                deliveries.c.attempts,
+                events,
+                subscriptions.c.url,
+                subscriptions.c.secret,
+                subscriptions.c.deleted_at,
             )
+            .join(events, events.c.id == deliveries.c.event_id)
+            .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
+            .where(deliveries.c.id.in_(ids))
+            .order_by(deliveries.c.id)
         )
-        gone = [r.id for r in rows if r.deleted_at is not None]
-        if gone:
-            # the subscription was deleted after the event: nobody wants it any more
-            conn.execute(
-                update(deliveries)
-                .where(deliveries.c.id.in_(gone))
-                .values(status="cancelled", claimed_until=None)
-            )
+    )
+    gone = [r.id for r in rows if r.deleted_at is not None]
+    if gone:
+        # the subscription was deleted after the event: nobody wants it any more
+        conn.execute(
+            update(deliveries)
+            .where(deliveries.c.id.in_(gone))
+            .values(status="cancelled", claimed_until=None)
+        )
     return [
         Claimed(
             delivery_id=r[0],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,17 +15,13 @@ from app.registry import Registry
 from tests.registry.conftest import (
     Backend,
     RegistryServer,
-    make_backend,
     start_registry_server,
     stop_registry_server,
 )
+from tests.registry.databases import ON_DATABASES
 from tests.registry.test_store import push
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Both databases (what these tests exercise lives in the database, not the blob store)."""
-    return make_backend(request, tmp_path)
+pytestmark = ON_DATABASES
 
 
 @pytest.fixture

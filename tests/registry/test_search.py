@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -11,13 +10,10 @@ from app.registry import Registry, RegistryFailure, VersionInfo
 from app.registry.audit import Actor
 from app.registry.db import now
 from app.registry.search import SearchQuery, parse_tag
-from tests.registry.conftest import Backend, InProcessTorch, make_backend
+from tests.registry.conftest import InProcessTorch
+from tests.registry.databases import ON_DATABASES
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Both databases (what these tests exercise lives in the database, not the blob store)."""
-    return make_backend(request, tmp_path)
+pytestmark = ON_DATABASES
 
 
 def _push(registry: Registry, name: str, archive: bytes, who: str) -> VersionInfo:

@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import hmac
 import threading
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,14 +17,8 @@ from app.registry import Registry, RegistryFailure
 from app.registry import webhooks as hooks
 from app.registry.db import now
 from app.registry.outbox import EventKind, attempts, claim, deliveries, record
-from tests.registry.conftest import Backend, make_backend
+from tests.registry.databases import ON_DATABASES
 from tests.registry.receiver import Receiver, receiver, verify
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Both databases (what these tests exercise lives in the database, not the blob store)."""
-    return make_backend(request, tmp_path)
 
 
 def _record(registry: Registry, *events: tuple[EventKind, str]) -> list[str]:
@@ -60,6 +53,7 @@ def test_signature_is_hmac_over_timestamp_and_body() -> None:
     assert not verify("other", hooks.sign("whsec_k", 2**31, body), body)
 
 
+@ON_DATABASES
 def test_deliveries_are_signed_filtered_and_recorded(registry: Registry) -> None:
     with receiver() as sink:
         everything = _subscribe(registry, sink)
@@ -91,6 +85,7 @@ def test_deliveries_are_signed_filtered_and_recorded(registry: Registry) -> None
     assert [s.id for s in hooks.listing(registry.db, "text")] == [everything.id]
 
 
+@ON_DATABASES
 def test_failed_deliveries_retry_with_backoff_then_give_up(registry: Registry) -> None:
     answers = iter([500, 503, 200])
     with receiver() as sink:
@@ -117,6 +112,7 @@ def test_failed_deliveries_retry_with_backoff_then_give_up(registry: Registry) -
     assert (latest.status, latest.attempts, latest.last_status) == ("failed", 2, 500)
 
 
+@ON_DATABASES
 def test_backoff_doubles_up_to_the_maximum(registry: Registry) -> None:
     dispatcher = _dispatcher(
         registry, webhook_backoff_s=2, webhook_backoff_max_s=10, webhook_max_attempts=6
@@ -124,6 +120,7 @@ def test_backoff_doubles_up_to_the_maximum(registry: Registry) -> None:
     assert [dispatcher.backoff(n) for n in range(1, 7)] == [2, 4, 8, 10, 10, None]
 
 
+@ON_DATABASES
 def test_unreachable_receiver_is_an_attempt(registry: Registry) -> None:
     created = hooks.create(registry.db, "http://127.0.0.1:9/nothing", None, None)
     _record(registry, ("version.created", "m"))
@@ -134,6 +131,7 @@ def test_unreachable_receiver_is_an_attempt(registry: Registry) -> None:
     assert "Connect" in delivery.last_error
 
 
+@ON_DATABASES
 def test_claims_are_exclusive_until_their_lease_ends(registry: Registry) -> None:
     hooks.create(registry.db, "http://127.0.0.1:9/", None, None)
     _record(registry, *[("tag.changed", "m")] * 6)
@@ -161,6 +159,7 @@ def test_claims_are_exclusive_until_their_lease_ends(registry: Registry) -> None
     assert {c.attempt for c in again} == {2}
 
 
+@ON_DATABASES
 def test_subscriptions_check_input_and_delete(registry: Registry) -> None:
     for url in ("ftp://x/", "http:///nohost", "x" * 3000):
         with pytest.raises(RegistryFailure, check=lambda e: e.code == "invalid-webhook"):

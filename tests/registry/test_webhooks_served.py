@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 import httpx
-import pytest
 from sqlalchemy import select
 
 from app.registry import Registry
@@ -17,18 +16,14 @@ from app.registry.outbox import events
 from tests.registry.conftest import (
     Backend,
     kill_server,
-    make_backend,
     start_registry_server,
     stop_registry_server,
 )
+from tests.registry.databases import ON_DATABASES
 from tests.registry.receiver import Received, receiver
 from tests.registry.test_store import push
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Both databases (what these tests exercise lives in the database, not the blob store)."""
-    return make_backend(request, tmp_path)
+pytestmark = ON_DATABASES
 
 
 #: Short leases and polls so that a dead server's claims come free within the test.
