@@ -56,6 +56,7 @@ class S3Objects:
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.location = f"s3://{bucket}/{self.prefix}"
         self.client = client_from_env()
+        self._part_bytes = part_bytes
         self._transfer = TransferConfig(
             multipart_threshold=part_bytes, multipart_chunksize=part_bytes, max_concurrency=4
         )
@@ -90,19 +91,26 @@ class S3Objects:
         return True
 
     def put(self, source: Path, digest: str) -> None:
-        """Upload the file, in parts past the part size."""
+        """Upload the file: one PUT up to the part size, in parts (several at once) past it."""
+        if source.stat().st_size <= self._part_bytes:
+            # a transfer manager's threads cost more than a small object's one request
+            with source.open("rb") as body:
+                self.client.put_object(Bucket=self.bucket, Key=self.key(digest), Body=body)
+            return
         self.client.upload_file(str(source), self.bucket, self.key(digest), Config=self._transfer)
 
     def open(self, digest: str) -> BinaryIO:
         """A seekable reader of the object (FileNotFoundError if it is not stored)."""
         key = self.key(digest)
         try:
-            size = self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"]
+            # the GET a read needs anyway tells the size: no HEAD first
+            answer = self.client.get_object(Bucket=self.bucket, Key=key)
         except ClientError as error:
             if _missing(error):
                 raise FileNotFoundError(key) from None
             raise
-        raw = _ObjectReader(self.client, self.bucket, key, size)
+        raw = _ObjectReader(self.client, self.bucket, key, answer["ContentLength"])
+        raw.start(answer["Body"])
         return cast(BinaryIO, io.BufferedReader(raw, buffer_size=MiB))
 
     def remove(self, digest: str) -> None:
@@ -163,6 +171,11 @@ class _ObjectReader(Reader):
         self._pos += len(data)
         self._body_pos = self._pos
         return len(data)
+
+    def start(self, body: Any) -> None:
+        """Read from `body`, a GET's stream from the first byte."""
+        self._body = body
+        self._body_pos = 0
 
     def _restart(self) -> None:
         self._drop()
