@@ -28,8 +28,10 @@ _HOUR = timedelta(hours=1)
 class RateLimited(RegistryFailure):
     """Over a per-hour quota: 429, with the seconds until a slot frees as Retry-After."""
 
+    code = "rate-limited"
+
     def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__("rate-limited", f"{message}; retry in {retry_after} s")
+        super().__init__(self.code, f"{message}; retry in {retry_after} s")
         self.headers = {"Retry-After": str(retry_after)}
 
 
