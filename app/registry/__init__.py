@@ -1,8 +1,8 @@
 """The model registry: named models, numbered immutable versions, aliases, tags, blobs.
 
 Metadata lives in SQLite (embedded default, ``<data_dir>/registry.sqlite3``) or PostgreSQL
-(``PT2SERDE_DATABASE_URL``); archives and canonical documents live once per sha256 in the blob
-store under ``<data_dir>/blobs``.
+(``PT2SERDE_DATABASE_URL``); objects (archive skeletons, tensor payloads, canonical documents)
+live once per sha256 in the blob store ``PT2SERDE_BLOB_URL`` names (default ``<data_dir>/blobs``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+import time
 
 import pytest
 import torch
@@ -178,3 +179,18 @@ def test_gc_racing_pushes_of_the_same_tensors(backend: Backend, series: list[byt
         done.set()
         for r in (*pushers, collector):
             r.close()
+
+
+def test_periodic_gc_collects_an_orphan(backend: Backend) -> None:
+    """With gc_interval_s set, a replica collects on its own what no version refers to."""
+    orphan = "cd" * 32
+    backend.put_raw(f"cd/{orphan}", b"left by a crash")
+    registry = Registry(backend.settings(gc_interval_s=0.2))
+    try:
+        backend.put_raw(f"cd/{orphan}", b"left by another crash")
+        deadline = time.monotonic() + 30
+        while orphan in stored_files(backend)["blobs"]:
+            assert time.monotonic() < deadline, "the periodic gc never ran"
+            time.sleep(0.1)
+    finally:
+        registry.close()
