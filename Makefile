@@ -30,6 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check schema app tests bench
 	$(BIN)/ruff format --check schema app tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest -q
