@@ -21,6 +21,8 @@ from bench.progress import progress
 from bench.report import seconds
 
 JSON = "application/json"
+#: connections of the warm-up round: enough that every HTTP process gets some, almost surely
+WARM_CONNECTIONS = 4
 ZIP = "application/zip"
 
 
@@ -59,11 +61,16 @@ class Mixed:
     done: list[tuple[str, int, float]] = field(default_factory=list)
     #: requests that got no HTTP answer at all (a reset or closed connection)
     lost: list[str] = field(default_factory=list)
+    #: the first few 5xx answers: label, status and the start of the body
+    failures: list[str] = field(default_factory=list)
+    #: 5xx answers and lost requests of the untimed warm-up round
+    warm_errors: int = 0
 
     @property
     def server_errors(self) -> int:
         """Answers with a 5xx status, and requests answered not at all."""
-        return sum(1 for _, status, _ in self.done if status >= 500) + len(self.lost)
+        errors = sum(1 for _, status, _ in self.done if status >= 500) + len(self.lost)
+        return errors + self.warm_errors
 
     def latencies(self, label: str | None = None) -> list[float]:
         """Latencies of the requests labelled `label` (all, for None), sorted."""
@@ -88,6 +95,7 @@ def run(
     or `max_requests` requests in all; requests in flight at the end are awaited and counted."""
     result = Mixed(clients, 0.0)
     lock = threading.Lock()
+    _warm_up(host, port, calls, result, lock)
     began = time.perf_counter()
     deadline = began + window
 
@@ -111,6 +119,26 @@ def run(
     return result
 
 
+def _warm_up(host: str, port: int, calls: list[Call], out: Mixed, lock: threading.Lock) -> None:
+    """Every call once on each of a few connections, untimed: each HTTP process starts its
+    worker pools at its first job (a torch worker imports torch), which is not what the load
+    measures. Their 5xx still count."""
+    warm = Mixed(WARM_CONNECTIONS, 0.0)
+
+    def connection(index: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=600)
+        try:
+            for call in calls:
+                _one(conn, call, index, warm, lock)
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(WARM_CONNECTIONS) as pool:
+        list(pool.map(connection, range(WARM_CONNECTIONS)))
+    out.warm_errors = warm.server_errors
+    out.failures += warm.failures + warm.lost
+
+
 def _one(
     conn: http.client.HTTPConnection, call: Call, index: int, out: Mixed, lock: threading.Lock
 ) -> None:
@@ -123,7 +151,7 @@ def _one(
             headers={"Content-Type": call.media},
         )
         response = conn.getresponse()
-        response.read()
+        body = response.read()
     except (OSError, http.client.HTTPException) as exc:
         conn.close()
         with lock:
@@ -131,6 +159,8 @@ def _one(
         return
     with lock:
         out.done.append((call.label, response.status, time.perf_counter() - began))
+        if response.status >= 500 and len(out.failures) < 5:
+            out.failures.append(f"{call.label}: {response.status} {body[:160]!r}")
 
 
 def section(load: Mixed, calls: list[Call], about: str) -> str:
@@ -142,12 +172,15 @@ def section(load: Mixed, calls: list[Call], about: str) -> str:
         "",
         f"{about}. {load.clients} clients for {load.seconds:.0f} s, each on one keep-alive "
         "connection cycling through the requests below (validate at every level, canonicalize "
-        "and registry pushes, on a small and a large program).",
+        "and registry pushes, on a small and a large program), after an untimed warm-up round.",
         "",
         f"- **requests**: {len(load.done) + len(load.lost)} "
         f"({len(load.done) / load.seconds:.1f} answered a second); statuses {statuses}",
-        f"- **5xx or no answer**: {load.server_errors} (target 0: {verdict})"
-        + (f"; first lost: {load.lost[0]}" if load.lost else ""),
+        f"- **5xx or no answer**: {load.server_errors} (target 0: {verdict}), {load.warm_errors} "
+        f"of them in the untimed warm-up round (every request once on {WARM_CONNECTIONS} "
+        "connections)"
+        + (f"; first lost: {load.lost[0]}" if load.lost else "")
+        + "".join(f"; {failure}" for failure in load.failures[:3]),
         f"- **latency, all requests**: p50 {seconds(load.percentile(50))}, "
         f"p99 {seconds(load.percentile(99))}, max {seconds(load.percentile(100))}",
         "",

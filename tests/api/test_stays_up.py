@@ -371,7 +371,7 @@ def test_a_mixed_load_gets_no_server_error(deployed: Deployed) -> None:
     url = httpx.URL(deployed.server.url)
     assert url.port is not None
     load = mixed.run(url.host, url.port, calls, clients=16, window=LOAD_S, max_requests=3000)
-    assert (load.server_errors, load.lost[:3]) == (0, []), load.statuses()
+    assert (load.server_errors, load.lost[:3]) == (0, []), (load.statuses(), load.failures)
     # every kind of request was made, and answered as it should be
     assert {label for label, _, _ in load.done} == {call.label for call in calls}
     assert set(load.statuses()) <= {200, 201}, load.statuses()
