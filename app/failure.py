@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from schema import Issue
+
+_SPACES = re.compile(r"\s+")
+#: How allocators word a refused allocation (torch's CPU allocator, glibc, CUDA).
+_ALLOCATION = re.compile(
+    r"can't allocate memory|cannot allocate memory|not enough memory|out of memory", re.IGNORECASE
+)
 
 
 class Failure(Exception):
@@ -16,3 +24,15 @@ class Failure(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's whole message as one line: no traceback, no newlines, nothing cut."""
+    return _SPACES.sub(" ", str(exc)).strip() or type(exc).__name__
+
+
+def is_allocation_failure(exc: BaseException) -> bool:
+    """Whether an exception reports a refused memory allocation (MemoryError or torch's words)."""
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and _ALLOCATION.search(str(exc)) is not None
+    )

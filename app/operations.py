@@ -43,7 +43,7 @@ Media = Literal["zip", "json"]
 
 
 class TorchRunner(Protocol):
-    """What runs torch jobs: the worker pool (`app.bridge.WorkerPool.submit`)."""
+    """What runs torch jobs: the worker pool (`app.workers.torch.TorchPool.submit`)."""
 
     def submit(self, job: str, *args: object) -> object:
         """Run a job of app.bridge.jobs in a worker and return its result."""

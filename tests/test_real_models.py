@@ -24,9 +24,9 @@ from torch.utils._sympy.numbers import int_oo
 
 import schema
 from app import operations as ops
-from app.bridge import WorkerPool
 from app.programs.findings import Level, Report
 from app.settings import Settings
+from app.workers.torch import TorchPool
 from bench.zoo import archive_bytes, torch_json
 from tests.conftest import ROOT
 from tests.progs.test_canonical import torch_canonical
@@ -69,9 +69,9 @@ def real_json(real_zoo: dict[str, RealProgram]) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="session")
-def real_pool() -> Iterator[WorkerPool]:
+def real_pool() -> Iterator[TorchPool]:
     """One torch worker pool for every torch-level check and deserialize of this file."""
-    with WorkerPool(SETTINGS) as pool:
+    with TorchPool(SETTINGS) as pool:
         yield pool
 
 
@@ -189,7 +189,7 @@ def test_serialize(
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("name", REAL_PROGRAM_NAMES)
 def test_validate(
-    name: str, level: Level, real_archives: dict[str, Path], real_pool: WorkerPool
+    name: str, level: Level, real_archives: dict[str, Path], real_pool: TorchPool
 ) -> None:
     runner = real_pool if level == "torch" else None
     with ops.open_source(real_archives[name], "zip", SETTINGS) as source:
@@ -213,7 +213,7 @@ def test_deserialize_loads_and_runs(
     name: str,
     real_zoo: dict[str, RealProgram],
     real_archives: dict[str, Path],
-    real_pool: WorkerPool,
+    real_pool: TorchPool,
     tmp_path: Path,
 ) -> None:
     target = tmp_path / "out.pt2"

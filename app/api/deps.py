@@ -15,11 +15,11 @@ from fastapi import Depends, Query, Request
 
 from app import operations as ops
 from app.api.uploads import Upload, receive
-from app.bridge.pool import torch_spec
 from app.settings import Settings
 from app.workers import pool as workers
 from app.workers.admission import Admission, documents_bytes, memory_need
 from app.workers.documents import DocumentRunner
+from app.workers.torch import torch_spec
 from app.workers.worker import Job
 
 

@@ -39,7 +39,7 @@ READ_PROBLEMS = (
     "unsupported-schema-major",
     "unsafe-pickle",
 )
-#: A torch job's failures (app.bridge.pool).
+#: A worker job's failures (app.workers.pool).
 TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
 
 

@@ -1,9 +1,9 @@
 """The only package that imports torch, and only lazily: `import app.bridge` leaves torch alone.
 
-torch-free here: safetensors I/O, raw-tensor helpers, tensor sources, the worker pool and its job
-functions. Reached through attributes that import torch on first use: `serialize`,
-`deserialize`, `write_pt2`, `save_pt2`, `pt2_bytes`, `load_pt2_trusted`, `SerializedProgram`,
-`torch_check`, `TorchCheck`.
+torch-free here: safetensors I/O, raw-tensor helpers, tensor sources and the torch jobs'
+functions (the pool that runs them is app.workers.torch). Reached through attributes that import
+torch on first use: `serialize`, `deserialize`, `write_pt2`, `save_pt2`, `pt2_bytes`,
+`load_pt2_trusted`, `SerializedProgram`, `torch_check`, `TorchCheck`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from app.bridge.errors import BridgeFailure
-from app.bridge.pool import WorkerPool
 from app.bridge.safetensors_io import (
     StoredTensor,
     from_safetensors,
@@ -52,7 +51,6 @@ __all__ = [
     "StoredTensor",
     "TensorSource",
     "TorchCheck",
-    "WorkerPool",
     "deserialize",
     "from_safetensors",
     "load_pt2_trusted",

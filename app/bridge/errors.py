@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from app.failure import Failure
-from app.workers.failures import is_allocation_failure, one_line
+from app.failure import Failure, is_allocation_failure, one_line
 
 __all__ = ["BridgeFailure", "is_allocation_failure", "one_line", "torch_message"]
 

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
 
 def _pool(settings: Settings) -> Any:
-    from app.bridge import WorkerPool
+    from app.workers.torch import TorchPool
 
-    return WorkerPool(settings.model_copy(update={"workers": 1}))
+    return TorchPool(settings.model_copy(update={"workers": 1}))
 
 
 class _LazyPool:

@@ -27,8 +27,8 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from app.failure import Failure
-from app.workers.failures import WorkerFailure, one_line
+from app.failure import Failure, one_line
+from app.workers.failures import WorkerFailure
 from app.workers.worker import Job, WorkerConfig, worker_main
 
 MiB = 1024 * 1024

@@ -21,8 +21,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from app.failure import Failure
-from app.workers.failures import is_allocation_failure, one_line
+from app.failure import Failure, is_allocation_failure, one_line
 
 MiB = 1024 * 1024
 #: A worker ends itself this long after its job's time limit: the pool normally kills it first

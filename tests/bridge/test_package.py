@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_importing_the_bridge_leaves_torch_alone() -> None:
     script = (
         "import sys\n"
-        "import app.bridge, app.bridge.pool, app.bridge.jobs, app.bridge.safetensors_io\n"
+        "import app.bridge, app.workers.torch, app.bridge.jobs, app.bridge.safetensors_io\n"
         "import app.bridge.tensors, app.bridge.sources\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "assert callable(app.bridge.to_safetensors) and app.bridge.WorkerPool\n"
+        "assert callable(app.bridge.to_safetensors) and app.workers.torch.TorchPool\n"
     )
     result = subprocess.run(
         [sys.executable, "-W", "error", "-c", script],

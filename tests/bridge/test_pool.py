@@ -19,11 +19,11 @@ import schema
 from app.archive import ArchiveFailure
 from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram
-from app.bridge.pool import WorkerPool
 from app.bridge.report import TorchCheck
 from app.bridge.safetensors_io import to_safetensors
 from app.bridge.sources import TensorSource
 from app.settings import Settings
+from app.workers.torch import TorchPool
 from bench.zoo import ZooProgram, outputs_close, register_custom_ops
 from schema import Issue
 from tests.bridge import pool_jobs
@@ -33,7 +33,7 @@ MAX_JOBS = 4
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
+def pool() -> Iterator[TorchPool]:
     """Two workers that register the pt2zoo namespace at start, recycled every few jobs."""
     settings = Settings(
         workers=2,
@@ -42,15 +42,15 @@ def pool() -> Iterator[WorkerPool]:
         worker_max_jobs=MAX_JOBS,
         worker_imports=("tests.bridge.zoo_ops",),
     )
-    with WorkerPool(settings) as workers:
+    with TorchPool(settings) as workers:
         yield workers
 
 
 @pytest.fixture(scope="module")
-def bare_pool() -> Iterator[WorkerPool]:
+def bare_pool() -> Iterator[TorchPool]:
     """One worker with a short timeout and an address-space limit, and no extra imports."""
     settings = Settings(workers=1, job_timeout_s=3, worker_memory_mb=1536, worker_max_jobs=50)
-    with WorkerPool(settings) as workers:
+    with TorchPool(settings) as workers:
         yield workers
 
 
@@ -67,13 +67,13 @@ def _job_args(
     return schema.dump(program.doc), _archive_source(archive, folder, list(program.tensors))
 
 
-def _failure(pool: WorkerPool, job: Any, *args: Any) -> BridgeFailure:
+def _failure(pool: TorchPool, job: Any, *args: Any) -> BridgeFailure:
     with pytest.raises(BridgeFailure) as caught:
         pool.submit(job, *args)
     return caught.value
 
 
-def _wait_busy(pool: WorkerPool) -> int:
+def _wait_busy(pool: TorchPool) -> int:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         busy = pool.busy_pids()
@@ -83,7 +83,7 @@ def _wait_busy(pool: WorkerPool) -> int:
     raise AssertionError("no worker became busy")
 
 
-def test_jobs_run_and_return(pool: WorkerPool) -> None:
+def test_jobs_run_and_return(pool: TorchPool) -> None:
     pid, doubled = pool.submit(pool_jobs.double, 21)
     assert doubled == 42
     assert pid != os.getpid()
@@ -91,7 +91,7 @@ def test_jobs_run_and_return(pool: WorkerPool) -> None:
     assert pool.submit("tests.bridge.pool_jobs:double", 2)[1] == 4
 
 
-def test_concurrent_submissions(pool: WorkerPool) -> None:
+def test_concurrent_submissions(pool: TorchPool) -> None:
     with ThreadPoolExecutor(6) as executor:
         results = list(executor.map(lambda x: pool.submit(pool_jobs.double, x), range(6)))
     assert [doubled for _, doubled in results] == [0, 2, 4, 6, 8, 10]
@@ -99,13 +99,13 @@ def test_concurrent_submissions(pool: WorkerPool) -> None:
     assert len(pool.worker_pids()) == 2
 
 
-def test_workers_are_recycled(pool: WorkerPool) -> None:
+def test_workers_are_recycled(pool: TorchPool) -> None:
     pids = Counter(pool.submit("job_ping") for _ in range(3 * MAX_JOBS))
     assert max(pids.values()) <= MAX_JOBS
     assert len(pids) >= 3
 
 
-def test_failures_cross_back_with_code_class_and_issues(pool: WorkerPool) -> None:
+def test_failures_cross_back_with_code_class_and_issues(pool: TorchPool) -> None:
     failure = _failure(pool, pool_jobs.fail_with_issues)
     assert type(failure) is pool_jobs.JobFailure
     assert (failure.code, failure.message, failure.issues) == (
@@ -131,7 +131,7 @@ def test_failures_cross_back_with_code_class_and_issues(pool: WorkerPool) -> Non
 def test_deserialize_job_writes_an_archive_torch_loads(
     name: str,
     weights: str,
-    pool: WorkerPool,
+    pool: TorchPool,
     zoo: dict[str, ZooProgram],
     serialized: dict[str, SerializedProgram],
     archives: dict[str, bytes],
@@ -154,7 +154,7 @@ def test_deserialize_job_writes_an_archive_torch_loads(
 
 
 def test_deserialize_job_failures_keep_their_issues(
-    pool: WorkerPool,
+    pool: TorchPool,
     serialized: dict[str, SerializedProgram],
     archives: dict[str, bytes],
     tmp_path: Path,
@@ -177,7 +177,7 @@ def test_deserialize_job_failures_keep_their_issues(
 
 
 def test_torch_check_job_where_the_namespace_is_registered(
-    pool: WorkerPool,
+    pool: TorchPool,
     serialized: dict[str, SerializedProgram],
     archives: dict[str, bytes],
     tmp_path: Path,
@@ -189,7 +189,7 @@ def test_torch_check_job_where_the_namespace_is_registered(
 
 
 def test_torch_check_job_where_the_namespace_never_was(
-    bare_pool: WorkerPool,
+    bare_pool: TorchPool,
     serialized: dict[str, SerializedProgram],
     archives: dict[str, bytes],
     tmp_path: Path,
@@ -210,7 +210,7 @@ def test_torch_check_job_where_the_namespace_never_was(
 
 
 def test_torch_check_job_reads_corrupt_tensors_as_a_failure(
-    pool: WorkerPool,
+    pool: TorchPool,
     serialized: dict[str, SerializedProgram],
     archives: dict[str, bytes],
     tmp_path: Path,
@@ -226,7 +226,7 @@ def test_torch_check_job_reads_corrupt_tensors_as_a_failure(
     assert caught.value.code == "archive-crc-mismatch"
 
 
-def test_killed_worker_fails_its_job_and_is_replaced(pool: WorkerPool) -> None:
+def test_killed_worker_fails_its_job_and_is_replaced(pool: TorchPool) -> None:
     outcome: list[BaseException] = []
 
     def run() -> None:
@@ -250,7 +250,7 @@ def test_killed_worker_fails_its_job_and_is_replaced(pool: WorkerPool) -> None:
     assert pool.submit(pool_jobs.double, 5)[1] == 10
 
 
-def test_workers_killed_while_idle_are_replaced_silently(pool: WorkerPool) -> None:
+def test_workers_killed_while_idle_are_replaced_silently(pool: TorchPool) -> None:
     for _ in range(3):
         assert pool.submit(pool_jobs.double, 1)[1] == 2
     idle = pool.worker_pids()
@@ -264,14 +264,14 @@ def test_workers_killed_while_idle_are_replaced_silently(pool: WorkerPool) -> No
     assert set(pool.worker_pids()).isdisjoint(idle)
 
 
-def test_segfault_is_a_crash(pool: WorkerPool) -> None:
+def test_segfault_is_a_crash(pool: TorchPool) -> None:
     failure = _failure(pool, pool_jobs.segfault)
     assert failure.code == "worker-crashed"
     assert "SIGSEGV" in failure.message
     assert pool.submit(pool_jobs.double, 3)[1] == 6
 
 
-def test_timeout_kills_the_job(bare_pool: WorkerPool) -> None:
+def test_timeout_kills_the_job(bare_pool: TorchPool) -> None:
     started = time.monotonic()
     failure = _failure(bare_pool, pool_jobs.sleep, 60)
     assert failure.code == "worker-timeout"
@@ -280,7 +280,7 @@ def test_timeout_kills_the_job(bare_pool: WorkerPool) -> None:
 
 
 @pytest.mark.parametrize("job", [pool_jobs.allocate_bytes, pool_jobs.allocate_tensor])
-def test_memory_limit(bare_pool: WorkerPool, job: Any) -> None:
+def test_memory_limit(bare_pool: TorchPool, job: Any) -> None:
     before = bare_pool.worker_pids()
     failure = _failure(bare_pool, job, 3 * GiB)
     assert failure.code == "worker-out-of-memory"
@@ -290,14 +290,14 @@ def test_memory_limit(bare_pool: WorkerPool, job: Any) -> None:
 
 
 def test_limit_below_the_footprint_fails_to_start() -> None:
-    with WorkerPool(Settings(workers=1, worker_memory_mb=64)) as tight:
+    with TorchPool(Settings(workers=1, worker_memory_mb=64)) as tight:
         failure = _failure(tight, "job_ping")
     assert failure.code == "worker-start-failed"
     assert "worker_memory_mb=64 is below the worker's footprint" in failure.message
 
 
 def test_close_stops_workers_and_refuses_jobs() -> None:
-    small = WorkerPool(Settings(workers=1, job_timeout_s=60))
+    small = TorchPool(Settings(workers=1, job_timeout_s=60))
     outcome: list[BaseException] = []
 
     def run() -> None:
@@ -323,13 +323,13 @@ def test_close_stops_workers_and_refuses_jobs() -> None:
 
 def test_a_pool_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="at least one worker"):
-        WorkerPool(Settings(workers=0))
+        TorchPool(Settings(workers=0))
 
 
 def test_idle_workers_exit_and_the_next_job_starts_one() -> None:
     settings = Settings(workers=1, job_timeout_s=60, worker_memory_mb=0, worker_idle_s=0.5)
     assert Settings.from_env({"PT2SERDE_WORKER_IDLE_S": "0.5"}).worker_idle_s == 0.5
-    with WorkerPool(settings) as idle_pool:
+    with TorchPool(settings) as idle_pool:
         [fresh] = idle_pool.worker_pids()
         time.sleep(1.5)
         # A worker that never ran a job holds nothing of its own: it stays, warm.

@@ -28,11 +28,11 @@ from app.archive import open_archive
 from app.bridge.checks import TORCH_NAMESPACE_MODULES
 from app.bridge.errors import BridgeFailure, torch_message
 from app.bridge.exported import deserialize, serialize
-from app.bridge.pool import WorkerPool
 from app.bridge.report import TorchCheck
 from app.bridge.sources import TensorSource
 from app.bridge.standins import StandIn, StandInType, stand_ins, unknown_types
 from app.settings import Settings
+from app.workers.torch import TorchPool
 from bench.zoo import PROGRAM_NAMES, outputs_close
 from tests.bridge import pool_jobs
 from tests.realzoo import VOCAB, tiny_hf_model
@@ -157,10 +157,10 @@ def cases() -> Iterator[dict[str, Case]]:
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[WorkerPool]:
+def pool() -> Iterator[TorchPool]:
     """One worker, never recycled: every job of this module runs in the same process."""
     settings = Settings(workers=1, job_timeout_s=300, worker_memory_mb=0, worker_max_jobs=0)
-    with WorkerPool(settings) as workers:
+    with TorchPool(settings) as workers:
         yield workers
 
 
@@ -186,12 +186,12 @@ def _specs(doc: schema.ExportedProgram) -> list[tuple[str, str, str]]:
     ]
 
 
-def _validate(path: Path, pool: WorkerPool) -> ops.Report:
+def _validate(path: Path, pool: TorchPool) -> ops.Report:
     with ops.open_source(path, "zip", SETTINGS) as source:
         return ops.validate(source, "torch", SETTINGS, pool)
 
 
-def _deserialize(path: Path, pool: WorkerPool, target: Path) -> None:
+def _deserialize(path: Path, pool: TorchPool, target: Path) -> None:
     with ops.open_source(path, "zip", SETTINGS) as source:
         weights = ops.weights_from(None, source, None)
         ops.deserialize_to(source, weights, SETTINGS, pool, target)
@@ -208,7 +208,7 @@ def _same_outputs(expected: Any, actual: Any) -> bool:
 
 @pytest.mark.parametrize("name", USER_TYPES)
 def test_user_types_load_in_a_worker_without_their_library(
-    name: str, cases: dict[str, Case], pool: WorkerPool, tmp_path: Path
+    name: str, cases: dict[str, Case], pool: TorchPool, tmp_path: Path
 ) -> None:
     case = cases[name]
     source = _save(case, tmp_path / "in.pt2")
@@ -236,7 +236,7 @@ def test_user_types_load_in_a_worker_without_their_library(
 
 
 def test_one_worker_keeps_each_documents_own_namedtuple_fields(
-    cases: dict[str, Case], pool: WorkerPool, tmp_path: Path
+    cases: dict[str, Case], pool: TorchPool, tmp_path: Path
 ) -> None:
     program = serialize(cases["namedtuple"].ep)
     data = program.doc.model_dump(mode="json")
@@ -274,7 +274,7 @@ def _rewrite_document(archive: Path, change: Callable[[bytes], bytes], target: P
     return target
 
 
-def _deserialized(path: Path, pool: WorkerPool, target: Path) -> str | None:
+def _deserialized(path: Path, pool: TorchPool, target: Path) -> str | None:
     """None when deserialize wrote the archive, else the message it failed with."""
     try:
         _deserialize(path, pool, target)
@@ -285,7 +285,7 @@ def _deserialized(path: Path, pool: WorkerPool, target: Path) -> str | None:
 
 
 def test_quantized_program_validates_exactly_when_it_deserializes(
-    cases: dict[str, Case], pool: WorkerPool, tmp_path: Path
+    cases: dict[str, Case], pool: TorchPool, tmp_path: Path
 ) -> None:
     case = cases["quantized"]
     source = _save(case, tmp_path / "q.pt2")
@@ -315,7 +315,7 @@ def test_quantized_program_validates_exactly_when_it_deserializes(
 def test_torch_namespace_modules_are_what_a_worker_lacks() -> None:
     """Every namespace of the table is missing from a fresh worker and registered by its module."""
     table = sorted(TORCH_NAMESPACE_MODULES)
-    with WorkerPool(Settings(workers=1, job_timeout_s=120, worker_memory_mb=0)) as fresh:
+    with TorchPool(Settings(workers=1, job_timeout_s=120, worker_memory_mb=0)) as fresh:
         before, after = fresh.submit(
             pool_jobs.namespaces_loaded, table, list(TORCH_NAMESPACE_MODULES.values())
         )
@@ -324,7 +324,7 @@ def test_torch_namespace_modules_are_what_a_worker_lacks() -> None:
 
 @pytest.mark.parametrize("name", PROGRAM_NAMES)
 def test_zoo_validates_exactly_when_it_deserializes(
-    name: str, archives: dict[str, bytes], pool: WorkerPool, tmp_path: Path
+    name: str, archives: dict[str, bytes], pool: TorchPool, tmp_path: Path
 ) -> None:
     """In a worker without the zoo's custom namespace: every program is accepted by both or,
     the custom op's, refused by both in the same words."""
@@ -414,7 +414,7 @@ def _rename_first_argument(raw: bytes) -> bytes:
 
 
 def test_what_semantic_validation_refuses_deserialize_refuses_too(
-    archives: dict[str, bytes], pool: WorkerPool, tmp_path: Path
+    archives: dict[str, bytes], pool: TorchPool, tmp_path: Path
 ) -> None:
     source = tmp_path / "in.pt2"
     source.write_bytes(archives["conv"])

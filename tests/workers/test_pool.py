@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 
 from app import operations as ops
-from app.bridge.pool import WorkerPool as TorchPool
-from app.bridge.pool import torch_spec
 from app.failure import Failure
 from app.settings import MiB, Settings
 from app.workers import documents as document_jobs
 from app.workers import worker
 from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool
+from app.workers.torch import TorchPool, torch_spec
 from bench.zoo import PROGRAM_NAMES
 from tests.workers import jobs
 from tests.workers.conftest import spec

@@ -1,4 +1,5 @@
-"""The torch worker pool: `app.workers`' pool with workers that preload torch.
+"""The torch worker pool: the one pool design with workers that preload torch (named here, imported
+only by the workers and their forkserver; this module imports no torch).
 
 torch's export load and save are not thread-safe, and a hostile document can crash, hang or
 bloat the process that deserializes it; so torch runs only in these workers. They are forked
@@ -9,8 +10,7 @@ from __future__ import annotations
 
 from app.bridge.errors import BridgeFailure
 from app.settings import Settings
-from app.workers.pool import STARTUP_TIMEOUT_S, PoolSpec
-from app.workers.pool import WorkerPool as _Pool
+from app.workers.pool import STARTUP_TIMEOUT_S, PoolSpec, WorkerPool
 
 #: What a worker imports before its first job; the forkserver preloads it so forks start warm.
 PRELOAD: tuple[str, ...] = ("torch", "app.bridge.exported", "app.bridge.checks")
@@ -37,7 +37,7 @@ def torch_spec(settings: Settings, start_method: str = "forkserver") -> PoolSpec
     )
 
 
-class WorkerPool(_Pool):
+class TorchPool(WorkerPool):
     """`settings.workers` torch processes; `submit` blocks until a worker has run the job."""
 
     def __init__(
