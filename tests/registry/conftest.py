@@ -20,6 +20,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,6 +335,19 @@ def start_registry_server(backend: Backend, env: dict[str, str] | None = None) -
     """Start the service (`pt2serde serve`) on a free port with this backend."""
     started = start_server({**REGISTRY_ENV, **backend.server_env(), **(env or {})})
     return RegistryServer(started.url, started.process, started.tmp, backend)
+
+
+def start_replicas(backend: Backend, count: int) -> list[RegistryServer]:
+    """`count` warm service processes sharing one backend, started side by side."""
+    with ThreadPoolExecutor(count) as pool:
+        servers = list(pool.map(lambda _: start_registry_server(backend), range(count)))
+        try:
+            list(pool.map(warm, servers))
+        except BaseException:
+            for server in servers:
+                stop_registry_server(server)
+            raise
+    return servers
 
 
 def _group_running(group: int) -> bool:

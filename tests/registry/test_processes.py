@@ -22,9 +22,9 @@ from tests.registry.conftest import (
     kill_server,
     make_backend,
     start_registry_server,
+    start_replicas,
     stop_registry_server,
     variant,
-    warm,
 )
 
 PUSHERS = 8
@@ -40,14 +40,7 @@ def pair(
 ) -> Iterator[tuple[Backend, list[RegistryServer]]]:
     """Two warm service processes sharing one backend (one data directory, one database)."""
     backend = make_backend(request, tmp_path_factory.mktemp("pair"))
-    with ThreadPoolExecutor(2) as pool:
-        servers = list(pool.map(lambda _: start_registry_server(backend), range(2)))
-        try:
-            list(pool.map(warm, servers))
-        except BaseException:
-            for server in servers:
-                stop_registry_server(server)
-            raise
+    servers = start_replicas(backend, 2)
     try:
         yield backend, servers
     finally:

@@ -18,10 +18,9 @@ from tests.registry.conftest import (
     check_consistent,
     kill_server,
     make_backend,
-    start_registry_server,
+    start_replicas,
     stop_registry_server,
     variant,
-    warm,
 )
 
 REPLICAS = 3
@@ -38,14 +37,7 @@ def replicas(
 ) -> Iterator[tuple[Backend, list[RegistryServer]]]:
     """Three warm service processes sharing one database and one bucket prefix."""
     backend = make_backend(request, tmp_path_factory.mktemp("replicas"))
-    with ThreadPoolExecutor(REPLICAS) as pool:
-        servers = list(pool.map(lambda _: start_registry_server(backend), range(REPLICAS)))
-        try:
-            list(pool.map(warm, servers))
-        except BaseException:
-            for server in servers:
-                stop_registry_server(server)
-            raise
+    servers = start_replicas(backend, REPLICAS)
     try:
         yield backend, servers
     finally:
