@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.settings import MiB, Settings
-from bench import mixed, service
+from bench import mixed, service, storage
 from bench.cases import Measured, measure_hashing, measure_program
 from bench.hf_programs import hf_programs
 from bench.plan import Plan
@@ -269,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             clients, window = (4, 2.0) if args.smoke else (16, 60.0)
             mixed_text, mixed_held = mixed.bench_section(suite.library[0], large, clients, window)
             print(mixed_text)
+    with phase(plan, "registry storage", 0 if args.smoke else 100):
+        # issue 16: push/pull against the stores' raw rates, stored bytes of a fine-tune series
+        storage_text, storage_held = storage.bench_section(20 if args.smoke else 200)
+        print(storage_text)
     plan.torch_enabled = False
     for i, program in enumerate(suite.large):
         with phase(plan, f"{program.name} (ours only)", 100.0 if i + 1 < len(suite.large) else 0.0):
@@ -293,10 +297,12 @@ def main(argv: list[str] | None = None) -> int:
         previous = out.read_text() if out.exists() else ""
         kept = kept_sections(previous)
         written = document(rows, facts, [], LEGEND) + ("\n" + mixed_text if mixed_text else "")
+        written += "\n" + storage_text
         out.write_text(written + ("\n" + kept if kept else ""))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
-    return 1 if any(r.status == "FAIL" for r in rows) or not mixed_held else 0
+    failed = any(r.status == "FAIL" for r in rows) or not mixed_held or not storage_held
+    return 1 if failed else 0
 
 
 def _order(row: Row, suite: Suite) -> tuple[int, int]:
