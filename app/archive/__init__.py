@@ -6,7 +6,8 @@ from app.archive.pt2 import Archive, TensorEntry, open_archive
 from app.archive.raw import RawTensor, TensorKind
 from app.archive.tensors import check_storage, dtype_name, storage_nbytes
 from app.archive.writer import write_archive
-from app.archive.zipread import RATIO_FLOOR, ZipMember, ZipReader, ZipSource
+from app.archive.zipdir import RATIO_FLOOR, ZipMember, ZipSource
+from app.archive.zipread import ZipReader
 from schema.dtypes import DTYPE_NAMES, ITEMSIZE
 
 __all__ = [

@@ -4,9 +4,9 @@ The machine keeps pickle's own state (a stack, the stack of marks, the memo, the
 decodes each opcode exactly as CPython's unpickler and torch's `weights_only` unpickler read it,
 but it imports nothing and calls nothing: a global is a `Global` name, a call is whatever the
 `Policy` says it makes, a persistent id is what the policy says it loads. The policy decides what
-is allowed (`app.archive.pickles` holds torch's `weights_only` rules; `Survey` here lets every
-opcode through and lists the globals a pickle names). Bounds on operations, stack, marks, memo and
-tuple nesting keep a hostile pickle from costing more than a fraction of a second.
+is allowed (`weights_only` holds torch's rules; `pickle_symbols.Survey` lets every opcode through
+and lists the globals a pickle names). Bounds on operations, stack, marks, memo and tuple nesting
+keep a hostile pickle from costing more than a fraction of a second.
 """
 
 from __future__ import annotations
@@ -15,148 +15,19 @@ import codecs
 import re
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from app.failure import Failure
-
-
-class PickleRefused(Failure):
-    """A pickle the machine refuses: unreadable, over a bound, or outside the policy."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("unsafe-pickle", message)
-
-
-@dataclass(frozen=True)
-class Global:
-    """A global a pickle names (`module.name`), never resolved."""
-
-    module: str
-    name: str
-
-    @property
-    def path(self) -> str:
-        """`module.name`, the spelling torch's allowlist uses."""
-        return f"{self.module}.{self.name}"
-
-
-@dataclass(eq=False)
-class Instance:
-    """An object a call or a persistent load would make: its Python type and what we know of it.
-
-    Identity is its equality, as for the tensors, storages and mutable containers it stands for.
-    """
-
-    type: str
-    #: dtype name for tensors and storages, the known value for others (a Size's dims, say)
-    detail: Any = None
-    #: the entries of mapping objects (OrderedDict, Counter) that SETITEM(S) writes
-    items: dict[Any, Any] | None = None
-    #: element count of a storage or a tensor
-    numel: int = 0
-    hashable: bool = True
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds that keep any pickle's simulation small."""
-
-    max_ops: int = 100_000
-    max_stack: int = 50_000
-    max_marks: int = 1_000
-    max_memo: int = 50_000
-    max_depth: int = 100
-
-
-class Policy:
-    """What a pickle may do; each hook refuses with `PickleRefused` or returns the result."""
-
-    #: the opcodes this policy runs (None: every opcode)
-    opcodes: frozenset[str] | None = None
-
-    def refused_opcode(self, name: str) -> str:
-        """Why an opcode outside `opcodes` is refused."""
-        return f"{name} is not allowed"
-
-    def global_(self, module: str, name: str) -> Any:
-        """The value GLOBAL, STACK_GLOBAL or INST pushes for `module.name`."""
-        return Global(module, name)
-
-    def call(self, func: Any, args: Any) -> Any:
-        """What REDUCE makes of `func(*args)`."""
-        return Instance("?call")
-
-    def new(self, cls: Any, args: Any, kwargs: Any) -> Any:
-        """What NEWOBJ, NEWOBJ_EX, OBJ and INST make of `cls.__new__(cls, *args)`."""
-        return Instance("?new")
-
-    def build(self, inst: Any, state: Any) -> None:
-        """BUILD: `inst` takes `state`."""
-
-    def persistent(self, pid: Any) -> Any:
-        """What PERSID and BINPERSID load for `pid`."""
-        return Instance("?persistent")
-
-    def extension(self, code: int) -> Any:
-        """What EXT1/2/4 push for an extension-registry code."""
-        return Global("?extension", str(code))
-
-    def buffer(self) -> Any:
-        """What NEXT_BUFFER pushes (out-of-band buffers)."""
-        return Instance("?buffer", hashable=False)
-
-    def append_target(self, target: Any, op: str) -> None:
-        """APPEND(S) on `target` (a list, or whatever the policy lets extend)."""
-
-    def setitem_target(self, target: Any, op: str) -> None:
-        """SETITEM(S) on `target`."""
-
-    def additems_target(self, target: Any) -> None:
-        """ADDITEMS on `target`."""
-
-    def setitem(self, target: Any, key: Any, value: Any) -> None:
-        """Store one item; the machine has checked that `key` is hashable."""
-        if isinstance(target, dict):
-            target[key] = value
-        elif isinstance(target, Instance) and target.items is not None:
-            target.items[key] = value
-
-    def decode_short_binstring(self, raw: bytes) -> Any:
-        """SHORT_BINSTRING/BINSTRING/STRING values (the unpickler's `encoding`)."""
-        return raw.decode("ascii")
-
-
-@dataclass
-class Survey(Policy):
-    """Lets every opcode run symbolically and records the globals the pickle names."""
-
-    globals: list[str] = field(default_factory=list)
-
-    def global_(self, module: str, name: str) -> Any:
-        """Record `module.name`."""
-        self.globals.append(f"{module}.{name}")
-        return Global(module, name)
-
-    def extension(self, code: int) -> Any:
-        """Record an extension code, which names a global from the loader's registry."""
-        self.globals.append(f"?extension-registry:{code}")
-        return Global("?extension", str(code))
-
+from app.archive.pickle_symbols import (
+    OPCODES,
+    Instance,
+    Limits,
+    PickleRefused,
+    Policy,
+    describe,
+    hashable,
+)
 
 _DECIMAL = re.compile(rb"[+-]?[0-9]+")
-
-
-def describe(value: Any) -> str:
-    """A short, bounded name for a value in a refusal (never its whole repr)."""
-    if isinstance(value, Global):
-        return f"global {value.path}"
-    if isinstance(value, Instance):
-        return f"a {value.type} object"
-    if value is None or isinstance(value, bool):
-        return repr(value)
-    name = type(value).__name__
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 class Machine:
@@ -183,7 +54,7 @@ class Machine:
         self.depths: dict[int, int] = {}
         self.keep: list[Any] = []  # nested tuples, so the ids in `depths` stay theirs
         self._ops: dict[int, tuple[str, Callable[[], bool]]] = {
-            code: (name, getattr(self, f"_op_{name.lower()}")) for code, name in _OPCODES.items()
+            code: (name, getattr(self, f"_op_{name.lower()}")) for code, name in OPCODES.items()
         }
 
     # ------------------------------------------------------------------ reading
@@ -191,7 +62,7 @@ class Machine:
     def refuse(self, message: str) -> PickleRefused:
         """A refusal located at the current opcode."""
         op = self.data[self.at] if self.at < len(self.data) else None
-        name = _OPCODES.get(op, "?") if op is not None else "end"
+        name = OPCODES.get(op, "?") if op is not None else "end"
         return PickleRefused(f"byte {self.at} ({name}): {message}")
 
     def read(self, n: int) -> bytes:
@@ -279,19 +150,9 @@ class Machine:
             self.depths[id(value)] = depth
             self.keep.append(value)
 
-    def hashable(self, value: Any) -> bool:
-        """Whether Python could hash `value` (tuples are bounded in depth, so this ends)."""
-        if isinstance(value, (list, dict, set, bytearray)):
-            return False
-        if isinstance(value, Instance):
-            return value.hashable
-        if isinstance(value, (tuple, frozenset)):
-            return all(self.hashable(v) for v in value)
-        return True
-
     def key(self, value: Any) -> Any:
         """`value` as a dict key or set member, refused where Python could not hash it."""
-        if not self.hashable(value):
+        if not hashable(value):
             raise self.refuse(f"{describe(value)} cannot be a dict key or set member")
         return value
 
@@ -319,7 +180,7 @@ class Machine:
                 self._past_limit(pos + 1)
             run = ops.get(data[pos])
             if run is None:
-                name = _OPCODES.get(data[pos])
+                name = OPCODES.get(data[pos])
                 if name is None:
                     raise self.refuse(f"unknown opcode 0x{data[pos]:02x}")
                 raise self.refuse(self.policy.refused_opcode(name))
@@ -736,81 +597,3 @@ class Machine:
             raise self.refuse("extension code is not positive")
         self.push(self.policy.extension(code))
         return False
-
-
-#: every opcode of protocols 0-5, by byte
-_OPCODES: dict[int, str] = {
-    ord(code): name
-    for code, name in [
-        ("(", "MARK"),
-        (".", "STOP"),
-        ("0", "POP"),
-        ("1", "POP_MARK"),
-        ("2", "DUP"),
-        ("F", "FLOAT"),
-        ("I", "INT"),
-        ("J", "BININT"),
-        ("K", "BININT1"),
-        ("L", "LONG"),
-        ("M", "BININT2"),
-        ("N", "NONE"),
-        ("P", "PERSID"),
-        ("Q", "BINPERSID"),
-        ("R", "REDUCE"),
-        ("S", "STRING"),
-        ("T", "BINSTRING"),
-        ("U", "SHORT_BINSTRING"),
-        ("V", "UNICODE"),
-        ("X", "BINUNICODE"),
-        ("a", "APPEND"),
-        ("b", "BUILD"),
-        ("c", "GLOBAL"),
-        ("d", "DICT"),
-        ("}", "EMPTY_DICT"),
-        ("e", "APPENDS"),
-        ("g", "GET"),
-        ("h", "BINGET"),
-        ("i", "INST"),
-        ("j", "LONG_BINGET"),
-        ("l", "LIST"),
-        ("]", "EMPTY_LIST"),
-        ("o", "OBJ"),
-        ("p", "PUT"),
-        ("q", "BINPUT"),
-        ("r", "LONG_BINPUT"),
-        ("s", "SETITEM"),
-        ("t", "TUPLE"),
-        (")", "EMPTY_TUPLE"),
-        ("u", "SETITEMS"),
-        ("G", "BINFLOAT"),
-        ("\x80", "PROTO"),
-        ("\x81", "NEWOBJ"),
-        ("\x82", "EXT1"),
-        ("\x83", "EXT2"),
-        ("\x84", "EXT4"),
-        ("\x85", "TUPLE1"),
-        ("\x86", "TUPLE2"),
-        ("\x87", "TUPLE3"),
-        ("\x88", "NEWTRUE"),
-        ("\x89", "NEWFALSE"),
-        ("\x8a", "LONG1"),
-        ("\x8b", "LONG4"),
-        ("B", "BINBYTES"),
-        ("C", "SHORT_BINBYTES"),
-        ("\x8c", "SHORT_BINUNICODE"),
-        ("\x8d", "BINUNICODE8"),
-        ("\x8e", "BINBYTES8"),
-        ("\x8f", "EMPTY_SET"),
-        ("\x90", "ADDITEMS"),
-        ("\x91", "FROZENSET"),
-        ("\x92", "NEWOBJ_EX"),
-        ("\x93", "STACK_GLOBAL"),
-        ("\x94", "MEMOIZE"),
-        ("\x95", "FRAME"),
-        ("\x96", "BYTEARRAY8"),
-        ("\x97", "NEXT_BUFFER"),
-        ("\x98", "READONLY_BUFFER"),
-    ]
-}
-
-OPCODE_NAMES: frozenset[str] = frozenset(_OPCODES.values())

@@ -39,8 +39,9 @@ from types import TracebackType
 from app.archive.errors import ArchiveFailure
 from app.archive.raw import RawTensor, Streamed, StreamedTensor, TensorKind
 from app.archive.tensors import check_storage, concrete
-from app.archive.zipread import MiB, ZipReader, ZipSource
-from app.settings import Limits
+from app.archive.zipdir import ZipSource
+from app.archive.zipread import ZipReader
+from app.settings import Limits, MiB
 from schema import DocumentInvalid, Issue, PayloadConfig, TensorMeta, load
 from schema.errors import pointer
 

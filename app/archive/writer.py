@@ -38,7 +38,7 @@ from app.archive.pt2 import (
 )
 from app.archive.raw import RawTensor, Streamed, StreamedTensor
 from app.archive.tensors import check_storage
-from app.archive.zipread import check_name
+from app.archive.zipdir import check_name
 from schema import PayloadConfig, PayloadMeta, dump
 
 DEFAULT_ROOT = "archive"

@@ -24,7 +24,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from app.archive.pickle_machine import OPCODE_NAMES, Machine, PickleRefused, Survey
+from app.archive.pickle_machine import Machine
+from app.archive.pickle_symbols import OPCODE_NAMES, PickleRefused, Survey
 from app.archive.pickles import TORCH_OPCODES, check_torch_save, imports, rules
 from app.settings import Limits
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
