@@ -42,7 +42,7 @@ from app.archive.tensors import check_storage, concrete
 from app.archive.zipdir import ZipSource
 from app.archive.zipread import ZipReader
 from app.settings import Limits, MiB
-from schema import DocumentInvalid, Issue, PayloadConfig, TensorMeta, load
+from schema import DocumentInvalid, Issue, PayloadConfig, PayloadMeta, TensorMeta, load
 from schema.errors import pointer
 
 ARCHIVE_FORMAT = "archive_format"
@@ -375,78 +375,94 @@ class _Opener:
         members: set[str] = set()
         shared: dict[str, tuple[bool, int]] = {}
         for fqn, payload in config.config.items():
-            path = pointer(["config", fqn, "path_name"])
-            is_object = directory == CONSTANTS_DIR and _OBJECT_RE.fullmatch(payload.path_name)
-            pattern = _WEIGHT_RE if directory == WEIGHTS_DIR else _CONSTANT_TENSOR_RE
-            if not is_object and not pattern.fullmatch(payload.path_name):
-                expected = (
-                    "weight_<n>" if directory == WEIGHTS_DIR else "tensor_<n>, custom_obj_<n>"
-                )
-                _bad_config(
-                    config_member,
-                    Issue(
-                        "bad-path-name",
-                        path,
-                        f"{payload.path_name!r} is not a {expected} payload name",
-                    ),
-                )
-            relative = directory + payload.path_name
-            full = self._full(relative)
-            if full not in self.reader.members:
-                raise ArchiveFailure(
-                    "archive-missing-member",
-                    f"{config_member} names {payload.path_name!r} for {fqn!r}, "
-                    f"but there is no {full} member",
-                )
-            members.add(relative)
+            is_object = directory == CONSTANTS_DIR and bool(_OBJECT_RE.fullmatch(payload.path_name))
+            full = self._payload_member(config_member, directory, fqn, payload.path_name, is_object)
+            members.add(directory + payload.path_name)
             key = prefix + fqn
             if is_object:
                 self.archive.objects[key] = full
                 continue
-            size = self.reader.member(full).size
-            kind: TensorKind = (
-                "constant"
-                if directory == CONSTANTS_DIR
-                else "parameter"
-                if payload.is_param
-                else "buffer"
-            )
-            meta = payload.tensor_meta
-            if payload.use_pickle and meta is not None:
-                concrete(meta, f"tensor {key!r} ({full})")
-            if not payload.use_pickle:
-                if meta is None:
-                    _bad_config(
-                        config_member,
-                        Issue(
-                            "missing-tensor-meta",
-                            pointer(["config", fqn, "tensor_meta"]),
-                            "a raw (use_pickle false) tensor needs its tensor_meta",
-                        ),
-                    )
-                assert meta is not None
-                check_storage(meta, size, f"tensor {key!r} ({full})")
-            layout = (payload.use_pickle, _dtype(meta))
+            entry = self._tensor_entry(config_member, model, fqn, key, full, payload, directory)
+            layout = (payload.use_pickle, _dtype(entry.meta))
             if shared.setdefault(full, layout) != layout:
                 _bad_config(
                     config_member,
                     Issue(
                         "inconsistent-payload",
-                        path,
+                        pointer(["config", fqn, "path_name"]),
                         f"{payload.path_name!r} is shared by tensors that disagree on use_pickle "
                         "or dtype",
                     ),
                 )
-            self.archive.tensors[key] = TensorEntry(
-                name=key,
-                model=model,
-                member=full,
-                kind=kind,
-                meta=meta,
-                use_pickle=payload.use_pickle,
-                size=size,
-            )
+            self.archive.tensors[key] = entry
         return members
+
+    def _payload_member(
+        self, config_member: str, directory: str, fqn: str, path_name: str, is_object: bool
+    ) -> str:
+        """The member a config entry names, checked in name and presence."""
+        pattern = _WEIGHT_RE if directory == WEIGHTS_DIR else _CONSTANT_TENSOR_RE
+        if not is_object and not pattern.fullmatch(path_name):
+            expected = "weight_<n>" if directory == WEIGHTS_DIR else "tensor_<n>, custom_obj_<n>"
+            _bad_config(
+                config_member,
+                Issue(
+                    "bad-path-name",
+                    pointer(["config", fqn, "path_name"]),
+                    f"{path_name!r} is not a {expected} payload name",
+                ),
+            )
+        full = self._full(directory + path_name)
+        if full not in self.reader.members:
+            raise ArchiveFailure(
+                "archive-missing-member",
+                f"{config_member} names {path_name!r} for {fqn!r}, but there is no {full} member",
+            )
+        return full
+
+    def _tensor_entry(
+        self,
+        config_member: str,
+        model: str,
+        fqn: str,
+        key: str,
+        full: str,
+        payload: PayloadMeta,
+        directory: str,
+    ) -> TensorEntry:
+        """A tensor's entry, its meta checked against its member's bytes where they are raw."""
+        size = self.reader.member(full).size
+        kind: TensorKind = (
+            "constant"
+            if directory == CONSTANTS_DIR
+            else "parameter"
+            if payload.is_param
+            else "buffer"
+        )
+        meta = payload.tensor_meta
+        if payload.use_pickle and meta is not None:
+            concrete(meta, f"tensor {key!r} ({full})")
+        if not payload.use_pickle:
+            if meta is None:
+                _bad_config(
+                    config_member,
+                    Issue(
+                        "missing-tensor-meta",
+                        pointer(["config", fqn, "tensor_meta"]),
+                        "a raw (use_pickle false) tensor needs its tensor_meta",
+                    ),
+                )
+            assert meta is not None
+            check_storage(meta, size, f"tensor {key!r} ({full})")
+        return TensorEntry(
+            name=key,
+            model=model,
+            member=full,
+            kind=kind,
+            meta=meta,
+            use_pickle=payload.use_pickle,
+            size=size,
+        )
 
     def _pickled(self) -> list[str]:
         archive = self.archive

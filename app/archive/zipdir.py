@@ -392,17 +392,7 @@ class Directory:
         if csize == _U32 or usize == _U32:
             usize, csize, zip64 = _local_zip64(tail[name_len:], usize, csize, where)
         described = bool(flags & _FLAG_DESCRIPTOR)
-        for label, local, central in (
-            ("CRC-32", crc, entry.crc),
-            ("compressed size", csize, entry.compressed_size),
-            ("size", usize, entry.size),
-        ):
-            # With a data descriptor the local fields may be zero; the descriptor has them.
-            if local != central and not (described and local == 0):
-                raise ArchiveFailure(
-                    "archive-header-mismatch",
-                    f"{where}: {label} {local} locally, {central} in the directory",
-                )
+        _same_fields(where, described, (crc, csize, usize), entry)
         data_offset = body + name_len + extra_len
         end = data_offset + entry.compressed_size
         if end > cd_offset:
@@ -459,6 +449,20 @@ class Directory:
                     f"members {show_name(before.name)} (bytes {before.header_offset}-{before.end}) "
                     f"and {show_name(after.name)} (from byte {after.header_offset}) overlap",
                 )
+
+
+def _same_fields(where: str, described: bool, local: tuple[int, int, int], entry: _Entry) -> None:
+    """A local header's CRC-32 and sizes against the directory's."""
+    central = (entry.crc, entry.compressed_size, entry.size)
+    for label, mine, theirs in zip(
+        ("CRC-32", "compressed size", "size"), local, central, strict=True
+    ):
+        # With a data descriptor the local fields may be zero; the descriptor has them.
+        if mine != theirs and not (described and mine == 0):
+            raise ArchiveFailure(
+                "archive-header-mismatch",
+                f"{where}: {label} {mine} locally, {theirs} in the directory",
+            )
 
 
 def _decode_name(raw: bytes, flags: int, index: int) -> str:

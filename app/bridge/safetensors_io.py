@@ -20,7 +20,7 @@ import orjson
 from app.archive.raw import RawTensor, TensorKind
 from app.archive.tensors import dtype_name
 from app.bridge.errors import BridgeFailure
-from app.bridge.tensors import KINDS, checked_sizes, contiguous_bytes, contiguous_meta
+from app.bridge.tensors import KINDS, View, checked_sizes, contiguous_bytes, contiguous_meta
 from schema import Device, Issue, Layout, ScalarType, SymIntAsInt, TensorMeta
 from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
@@ -94,28 +94,7 @@ def write_safetensors(
     """`to_safetensors` written to `out` one tensor at a time: the header comes from the metas,
     and a tensor whose storage is exactly its packed elements is copied block by block."""
     items = list(tensors)
-    names = [t.name for t in items]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise BridgeFailure(
-            "tensors-duplicate-name",
-            f"tensor names must be unique: {', '.join(duplicates)}",
-            [
-                Issue("tensor-duplicate-name", pointer([n]), "appears more than once")
-                for n in duplicates
-            ],
-        )
-    unsupported = [t for t in items if t.meta.dtype not in SAFETENSORS_DTYPES]
-    if unsupported:
-        raise BridgeFailure(
-            "safetensors-unsupported-dtype",
-            "safetensors cannot store "
-            + ", ".join(f"{t.name} ({dtype_name(t.meta.dtype)})" for t in unsupported),
-            [
-                Issue("safetensors-unsupported-dtype", pointer([t.name]), dtype_name(t.meta.dtype))
-                for t in unsupported
-            ],
-        )
+    _refuse_unwritable(items)
     views = checked_sizes((t.name, t.meta, t.size) for t in items)
     # The reference writer's order: widest elements first, so every tensor stays aligned.
     items.sort(key=lambda t: (-views[t.name].itemsize, t.name))
@@ -141,6 +120,37 @@ def write_safetensors(
     head += b" " * (-len(head) % 8)
     out.write(_LENGTH.pack(len(head)))
     out.write(head)
+    _write_data(out, items, views)
+
+
+def _refuse_unwritable(items: list[StoredTensor]) -> None:
+    """Refuse duplicate names and dtypes safetensors has no name for."""
+    names = [t.name for t in items]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise BridgeFailure(
+            "tensors-duplicate-name",
+            f"tensor names must be unique: {', '.join(duplicates)}",
+            [
+                Issue("tensor-duplicate-name", pointer([n]), "appears more than once")
+                for n in duplicates
+            ],
+        )
+    unsupported = [t for t in items if t.meta.dtype not in SAFETENSORS_DTYPES]
+    if unsupported:
+        raise BridgeFailure(
+            "safetensors-unsupported-dtype",
+            "safetensors cannot store "
+            + ", ".join(f"{t.name} ({dtype_name(t.meta.dtype)})" for t in unsupported),
+            [
+                Issue("safetensors-unsupported-dtype", pointer([t.name]), dtype_name(t.meta.dtype))
+                for t in unsupported
+            ],
+        )
+
+
+def _write_data(out: IO[bytes], items: list[StoredTensor], views: Mapping[str, View]) -> None:
+    """Each tensor's elements in header order, streamed where its storage is exactly them."""
     for t in items:
         view = views[t.name]
         if view.is_contiguous() and t.size == view.numel * view.itemsize:
@@ -175,43 +185,8 @@ def from_safetensors(
     metadata = _metadata(header.pop(METADATA_KEY, None), issues)
     stored_kinds = _stored_kinds(metadata, issues)
     grads = _stored_requires_grad(metadata, issues)
-    entries: list[tuple[int, int, str, ScalarType, list[int]]] = []
-    spans: list[tuple[int, int, str]] = []
-    foreign: list[str] = []
-    for name, entry in header.items():
-        parsed = _entry(name, entry, issues)
-        if parsed is None:
-            continue
-        dtype_name, shape, begin, end = parsed
-        spans.append((begin, end, name))
-        if dtype_name in _FOREIGN_DTYPES:
-            foreign.append(f"{name} ({dtype_name})")
-            continue
-        dtype = SCALAR_TYPES[dtype_name]
-        numel = 1
-        for size in shape:
-            numel *= size
-        if end - begin != numel * ITEMSIZE[dtype]:
-            issues.append(
-                Issue(
-                    "safetensors-bad-offsets",
-                    pointer([name, "data_offsets"]),
-                    f"{end - begin} bytes for {numel} {dtype_name} elements",
-                )
-            )
-            continue
-        entries.append((begin, end, name, dtype, shape))
-    position = 0
-    for begin, end, name in sorted(spans):
-        if begin != position:
-            issues.append(
-                Issue(
-                    "safetensors-bad-offsets",
-                    pointer([name, "data_offsets"]),
-                    f"starts at byte {begin}; the data must be packed, expected {position}",
-                )
-            )
-        position = max(position, end)
+    entries, spans, foreign = _entries(header, issues)
+    position = _packed(spans, issues)
     if not issues and position != len(body):
         issues.append(
             Issue(
@@ -241,6 +216,58 @@ def from_safetensors(
         meta = contiguous_meta(_blank_meta(dtype, requires_grad), shape)
         tensors[name] = RawTensor(name, kind, meta, bytes(body[begin:end]))
     return tensors
+
+
+_Entry = tuple[int, int, str, ScalarType, list[int]]
+
+
+def _entries(
+    header: dict[str, Any], issues: list[Issue]
+) -> tuple[list[_Entry], list[tuple[int, int, str]], list[str]]:
+    """The header's tensors checked one by one: readable entries, every span, foreign dtypes."""
+    entries: list[_Entry] = []
+    spans: list[tuple[int, int, str]] = []
+    foreign: list[str] = []
+    for name, entry in header.items():
+        parsed = _entry(name, entry, issues)
+        if parsed is None:
+            continue
+        stored, shape, begin, end = parsed
+        spans.append((begin, end, name))
+        if stored in _FOREIGN_DTYPES:
+            foreign.append(f"{name} ({stored})")
+            continue
+        dtype = SCALAR_TYPES[stored]
+        numel = 1
+        for size in shape:
+            numel *= size
+        if end - begin != numel * ITEMSIZE[dtype]:
+            issues.append(
+                Issue(
+                    "safetensors-bad-offsets",
+                    pointer([name, "data_offsets"]),
+                    f"{end - begin} bytes for {numel} {stored} elements",
+                )
+            )
+            continue
+        entries.append((begin, end, name, dtype, shape))
+    return entries, spans, foreign
+
+
+def _packed(spans: list[tuple[int, int, str]], issues: list[Issue]) -> int:
+    """Where the packed data ends; a gap or an overlap between tensors is an issue."""
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            issues.append(
+                Issue(
+                    "safetensors-bad-offsets",
+                    pointer([name, "data_offsets"]),
+                    f"starts at byte {begin}; the data must be packed, expected {position}",
+                )
+            )
+        position = max(position, end)
+    return position
 
 
 def safetensors_names(source: Path | bytes) -> list[str]:
