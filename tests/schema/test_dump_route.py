@@ -3,6 +3,7 @@ and the collector's state after a load."""
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
@@ -70,3 +71,20 @@ def test_zoo_documents(zoo_json: dict[str, bytes]) -> None:
 def test_a_lone_surrogate_still_raises_as_before() -> None:
     with pytest.raises(PydanticSerializationError):
         schema.dump(ArgumentAsString(as_string="\ud800"))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_load_restores_the_collector_and_leaves_the_models_old(
+    zoo_json: dict[str, bytes], enabled: bool
+) -> None:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        doc = schema.load(zoo_json["conv"])
+        assert gc.isenabled() is enabled
+        # in the oldest generation, young collections after the load do not walk the models
+        oldest = gc.get_objects(generation=2)
+        assert any(o is doc for o in oldest)
+        assert any(o is doc.graph_module.graph.nodes[0] for o in oldest)
+    finally:
+        (gc.enable if was else gc.disable)()
