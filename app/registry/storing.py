@@ -3,6 +3,7 @@ skeleton and its distinct tensor payloads, staged locally, claimed, uploaded, th
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -12,6 +13,9 @@ from app.registry.blobs import BlobStore, Staged
 from app.registry.db import Database
 from app.registry.packing import Layout, split
 from app.settings import Limits
+
+#: objects one push uploads at once
+_UPLOADS = 4
 
 
 @dataclass
@@ -55,9 +59,15 @@ def upload(db: Database, blobs: BlobStore, parts: Parts) -> None:
     """Claim the objects and store those not stored yet, outside any lock."""
     with db.write(blobs="shared") as conn:
         stored = objects.claim(conn, parts.sizes)
-    for digest, staged in parts.staged.items():
+
+    def store(item: tuple[str, Staged]) -> None:
+        digest, staged = item
         if digest not in stored or not blobs.exists(digest):
             blobs.objects.put(staged.path, digest)
+
+    # several at once: an object store's requests wait on the network, not on this CPU
+    with ThreadPoolExecutor(_UPLOADS) as pool:
+        list(pool.map(store, sorted(parts.staged.items())))
 
 
 def commit(conn: Connection, blobs: BlobStore, parts: Parts) -> None:

@@ -33,10 +33,11 @@ from tests.registry.crash_push import STAGED, STEPS
 MODEL = "crashy"
 
 
-#: what a process killed at each step leaves before cleanup: (staged files, stored objects) with
-#: P the archive's distinct tensor payloads; the upload stays staged throughout (the route
-#: removes it after the push), beside the archive we wrote until it is cut into its skeleton
-#: and payloads, and the canonical document and those parts until the push ends
+#: what a process killed at each step leaves before cleanup: (staged files, stored objects),
+#: given the archive's distinct tensor payloads and large members; the upload stays staged
+#: throughout (the route removes it after the push), beside the archive we wrote until it is
+#: cut into its skeleton and payloads, and the canonical document and those parts until the
+#: push ends
 def _left_at(step: str, payloads: int) -> tuple[int, int]:
     parts = payloads + 2  # and the skeleton and the canonical document
     return {
@@ -50,15 +51,21 @@ def _left_at(step: str, payloads: int) -> tuple[int, int]:
 
 
 def _payloads(archive: bytes) -> int:
-    """The archive's distinct non-empty tensor payloads."""
+    """The archive's distinct objects besides its skeleton: non-empty tensor payloads and
+    members of 4 KiB or more (the document)."""
     with zipfile.ZipFile(io.BytesIO(archive)) as opened:
         return len(
             {
                 opened.read(info)
                 for info in opened.infolist()
-                if "/data/weights/weight_" in info.filename
-                or "/data/constants/tensor_" in info.filename
-                if info.file_size
+                if info.file_size >= 4096
+                or (
+                    info.file_size
+                    and (
+                        "/data/weights/weight_" in info.filename
+                        or "/data/constants/tensor_" in info.filename
+                    )
+                )
             }
         )
 
