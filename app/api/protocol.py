@@ -22,6 +22,9 @@ from app.settings import Settings
 
 #: How uvicorn names this class: the `http` argument of uvicorn.run.
 PROTOCOL = "app.api.protocol:DeadlineProtocol"
+#: the problems a late request head and a late body are answered with
+DEADLINE_CODES = ("header-timeout", "body-timeout")
+_HEAD_CODE, _BODY_CODE = DEADLINE_CODES
 
 
 @functools.cache
@@ -67,7 +70,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         seconds = _timeouts()[1]
         if seconds > 0 and not self.transport.is_closing():
             detail = f"the body did not arrive within {seconds:g} seconds"
-            self._deadline = self.loop.call_later(seconds, self._expired, "body-timeout", detail)
+            self._deadline = self.loop.call_later(seconds, self._expired, _BODY_CODE, detail)
 
     def on_message_complete(self) -> None:
         """The body is in."""
@@ -89,7 +92,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         seconds = _timeouts()[0]
         if seconds > 0:
             detail = f"the request head did not arrive within {seconds:g} seconds"
-            self._deadline = self.loop.call_later(seconds, self._expired, "header-timeout", detail)
+            self._deadline = self.loop.call_later(seconds, self._expired, _HEAD_CODE, detail)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
