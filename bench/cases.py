@@ -146,7 +146,7 @@ def our_deserialize(archive: bytes, settings: Settings) -> tuple[Any, bytes]:
 
 def our_manifest(path: Any, settings: Settings) -> list[ManifestEntry]:
     """Open an archive and hash every weight, streamed."""
-    with open_archive(path, settings) as archive:
+    with open_archive(path, settings.limits) as archive:
         return manifest(archive)
 
 

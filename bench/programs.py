@@ -32,7 +32,7 @@ from torch import nn
 from torch.export import Dim
 
 from app.archive import RawTensor, open_archive, write_archive
-from app.settings import Settings
+from app.settings import Limits
 from bench.progress import progress
 
 #: Bump when the generated programs change, so stale caches are not reused.
@@ -42,7 +42,7 @@ HEADS = 2
 SEQ = 8
 BATCH = 3
 #: Limits for reading our own generated archives (the 50k program has ~5k weight members).
-READ_SETTINGS = Settings(max_members=100_000, max_json_bytes=512 * 1024 * 1024)
+READ_LIMITS = Limits(max_members=100_000, max_json_bytes=512 * 1024 * 1024)
 
 _BLOCK_RE = re.compile(r"^blocks\.(\d+)$")
 
@@ -200,7 +200,7 @@ def _save(ep: torch.export.ExportedProgram, target: Path) -> None:
 
 
 def _document(path: Path) -> bytes:
-    with open_archive(path, READ_SETTINGS) as archive:
+    with open_archive(path, READ_LIMITS) as archive:
         return archive.documents["model"]
 
 
@@ -236,7 +236,7 @@ def tiled_program(cache: Cache, base: Program, layers: int) -> Program:
     """`base` grown to `layers` blocks by cloning its second block (see the module doc)."""
 
     def make(target: Path) -> None:
-        with open_archive(base.archive, READ_SETTINGS) as archive:
+        with open_archive(base.archive, READ_LIMITS) as archive:
             tensors = archive.raw_tensors()
             # torch's own sample inputs: write_archive's default (an empty member) is refused
             # by our own pickle screen (app.archive.pickles.check_torch_save).
