@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _RAISERS = ("Failure", "ServiceError", "UnsafeProgram", "UnsafeExpression")
 #: The client's side: the CLI and its HTTP client, whose own codes app/cli/codes.py lists.
 CLIENT_SIDE = ("app/cli/", "app/client.py")
-#: Modules whose findings are raised as problems (the screen refuses, bounds refuse).
-_REFUSING_FINDINGS = {"app/programs/screen.py"}
+#: Modules whose findings are raised as problems, with the call that makes one there
+#: (the screen refuses what it adds; every bound of the raw bytes refuses).
+_REFUSING_FINDINGS = {"app/programs/screen.py": "add", "app/programs/bounds.py": "_bound"}
 
 
 def _name(func: ast.expr) -> str:
@@ -51,7 +52,7 @@ def raised_codes(client: bool = False) -> dict[str, set[str]]:
                     codes = _strings(node.args[0])
                 elif name == "problem":
                     codes = _strings(node.args[0])
-                elif name == "add" and rel in _REFUSING_FINDINGS and not _advisory(node):
+                elif name == _REFUSING_FINDINGS.get(rel) and not _advisory(node):
                     codes = _strings(node.args[0])
             elif isinstance(node, ast.ClassDef):
                 codes = [
