@@ -106,8 +106,13 @@ def audited(
                         assert answer.status_code in (200, 201), (name, endpoint, answer.text)
             baseline = {e for found in read_events(events).values() for e in found}
             running = Audited(server, client, events, baseline)
-            # the clean pushes are stored where the tests look for what a payload left
-            assert len(running.stored()["blobs"]) == 2 * len(WARM_UP)
+            # the clean pushes are stored where the tests look for what a payload left, and
+            # each pulls back as the archive its version records
+            assert running.stored()["blobs"]
+            for name in WARM_UP:
+                version = client.get(f"/v1/models/warm-{name}/versions/latest").json()
+                pulled = client.get(f"/v1/models/warm-{name}/versions/latest/archive").content
+                assert hashlib.sha256(pulled).hexdigest() == version["digests"]["archive"]
             yield running
     finally:
         stop_server(server)
