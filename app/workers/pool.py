@@ -28,6 +28,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from app.failure import Failure, one_line
+from app.workers.clock import JobClock
 from app.workers.failures import WorkerFailure
 from app.workers.worker import Job, WorkerConfig, worker_main
 
@@ -301,8 +302,9 @@ class WorkerPool:
         self, worker: _Worker, payload: memoryview, timeout: float | None
     ) -> tuple[Any, ...]:
         try:
+            clock = JobClock(worker.pid)
             worker.conn.send_bytes(payload)
-            ready = multiprocessing.connection.wait([worker.conn, worker.process.sentinel], timeout)
+            ready = _await_reply(worker, clock, timeout)
             if worker.conn in ready:
                 reply: tuple[Any, ...] = worker.conn.recv()
                 return reply
@@ -388,6 +390,22 @@ class WorkerPool:
         if status == "oom":
             raise self._fail("worker-out-of-memory", f"the job ran out of memory: {reply[1]}")
         raise self._fail("worker-job-failed", f"{reply[1]}: {reply[2]}")
+
+
+def _await_reply(worker: _Worker, clock: JobClock, timeout: float | None) -> list[Any]:
+    """Wait for the worker's reply or death until the job has run `timeout` seconds on its own
+    clock (what the host's load kept it waiting for a core is not its time): [] past that."""
+    waited_for: list[Connection | int] = [worker.conn, worker.process.sentinel]
+    if timeout is None:
+        return multiprocessing.connection.wait(waited_for)
+    while True:
+        # the job's clock runs no faster than the wall's: waiting out what is left is never late
+        left = timeout - clock.elapsed()
+        if left <= 0:
+            return []
+        ready = multiprocessing.connection.wait(waited_for, left)
+        if ready:
+            return ready
 
 
 def _death(worker: _Worker) -> str:

@@ -22,6 +22,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from app.failure import Failure, is_allocation_failure, one_line
+from app.workers.clock import JobClock
 
 MiB = 1024 * 1024
 #: A worker ends itself this long after its job's time limit: the pool normally kills it first
@@ -107,7 +108,8 @@ class _Watch:
         self.conn = conn
         self.parent = os.getppid()
         self.busy = False
-        self.deadline: float | None = None
+        #: the running job's clock and how long it may run on it (None: no job, or no limit)
+        self.limit: tuple[JobClock, float] | None = None
         threading.Thread(target=self._watch, name="pt2serde-worker-watch", daemon=True).start()
 
     def start_job(self, timeout: float | None) -> None:
@@ -115,11 +117,12 @@ class _Watch:
         self.busy = True
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         if timeout is None:
-            self.deadline = None
+            self.limit = None
             resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
             return
         grace = timeout + SELF_KILL_GRACE_S
-        self.deadline = time.monotonic() + grace
+        # the job runs on this (main) thread: the pool times it on the same clock
+        self.limit = (JobClock(os.getpid()), grace)
         used = resource.getrusage(resource.RUSAGE_SELF)
         spent = used.ru_utime + used.ru_stime
         # CPU time adds up over every thread: torch's intra-op threads may each use the whole job
@@ -131,13 +134,13 @@ class _Watch:
     def end_job(self) -> None:
         """Disarm the deadline."""
         self.busy = False
-        self.deadline = None
+        self.limit = None
 
     def _watch(self) -> None:
         while True:
             time.sleep(WATCH_INTERVAL_S)
-            deadline = self.deadline
-            late = deadline is not None and time.monotonic() > deadline
+            limit = self.limit
+            late = limit is not None and limit[0].elapsed() > limit[1]
             # during a job the pool sends nothing: a readable pipe is its end-of-file
             orphaned = os.getppid() != self.parent or (self.busy and self._pipe_readable())
             if late or orphaned:

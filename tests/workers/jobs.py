@@ -37,3 +37,12 @@ def spin(seconds: float) -> int:
 def allocate(size: int) -> int:
     """Allocate `size` bytes: MemoryError past the address-space limit."""
     return len(bytearray(size))
+
+
+def burn(cpu_seconds: float) -> float:
+    """Compute for `cpu_seconds` of this thread's CPU time; the wall time that took."""
+    began = time.monotonic()
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        pass
+    return time.monotonic() - began
