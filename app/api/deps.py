@@ -83,8 +83,13 @@ class Work:
 async def admit(request: Request, received: Upload) -> AsyncIterator[Work]:
     """Hold the upload's estimated memory need within the process's admission budget while the
     route works (waiting on the event loop, or 503 service-busy past the queue)."""
+    async for granted in admit_files(request, [part.path for part in received.parts.values()]):
+        yield granted
+
+
+async def admit_files(request: Request, paths: list[Path]) -> AsyncIterator[Work]:
+    """`admit` for uploaded files at `paths` (a registry push's staged archive, say)."""
     settings = settings_of(request)
-    paths = [part.path for part in received.parts.values()]
     # reading zip directories is file I/O: off the event loop
     size = await anyio.to_thread.run_sync(documents_bytes, paths, settings.limits)
     admission: Admission = request.app.state.admission

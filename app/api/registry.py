@@ -27,7 +27,7 @@ from app.api.auth import (
     ensure,
     has,
 )
-from app.api.deps import PoolDep, SettingsDep
+from app.api.deps import PoolDep, SettingsDep, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.ranges import bytes_response
@@ -86,6 +86,7 @@ _PUSH_PROBLEMS = (
     *READ_PROBLEMS,
     "ambiguous-model",
     "unknown-model",
+    "service-busy",
     *TORCH_PROBLEMS,
 )
 
@@ -157,6 +158,17 @@ async def staged_upload(
 StagedDep = Annotated[Staged, Depends(staged_upload)]
 
 
+async def admitted_push(request: Request, staged: StagedDep) -> AsyncIterator[None]:
+    """Admission control for a push: vetting the archive reads its documents in this process,
+    so its estimated memory need is held within the budget while the route works."""
+    async for _ in admit_files(request, [staged.path]):
+        yield
+
+
+#: released as soon as the route returns, as the program routes' admission is
+AdmittedDep = Annotated[None, Depends(admitted_push, scope="function")]
+
+
 def _digest_headers(info: VersionInfo) -> dict[str, str]:
     return {
         "X-Program-Digest": info.digests.program,
@@ -212,6 +224,7 @@ def push_version(
     name: str,
     who: WriteDep,
     staged: StagedDep,
+    _admitted: AdmittedDep,
     pool: PoolDep,
     registry: RegistryDep,
     response: Response,

@@ -9,6 +9,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -183,3 +184,22 @@ def test_serialize_and_deserialize_read_their_documents_in_workers(
     missing = in_workers.post("/v1/deserialize", files={"document": document})
     assert missing.status_code == 422
     assert missing.json()["code"] == "weights-missing"
+
+
+def test_a_push_is_admitted_as_the_program_routes_are(archive: bytes, tmp_path: Path) -> None:
+    """A push reads the archive's documents to vet it: past the budget and its queue it is
+    refused with 503 service-busy, and once admitted its share is given back."""
+    settings = Settings(
+        data_dir=tmp_path / "data", admission_budget_mb=64, admission_queue=0, workers=1
+    )
+    with TestClient(create_app(settings)) as client:
+        admission = _admission(client)
+        admission.in_flight = admission.budget
+        busy = client.post("/v1/models/busy/versions", content=archive, headers=ZIP)
+        assert busy.status_code == 503, busy.text
+        assert busy.json()["code"] == "service-busy"
+        assert busy.headers["Retry-After"] == str(settings.admission_retry_after_s)
+        admission.in_flight = 0
+        pushed = client.post("/v1/models/busy/versions", content=archive, headers=ZIP)
+        assert pushed.status_code == 201, pushed.text
+        assert admission.in_flight == 0
