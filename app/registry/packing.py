@@ -7,7 +7,9 @@ directory), concatenated; members of 4 KiB or more are objects too. The holes li
 payload's offset in the archive, its length and its sha256. A payload shared by versions or
 models (a base model's unchanged layers) is stored once. Rebuilding interleaves skeleton bytes
 and payload objects; a read at any offset finds its segment by bisection and reads only the
-objects it covers.
+objects it covers. Against an object store, a reader fetches the next few payloads ahead of
+the read, while the current one streams: their first few MiB at most, so memory stays
+bounded whatever the objects' sizes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import bisect
 import io
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -26,6 +29,8 @@ from app.registry.blobs.base import Reader
 from app.settings import Limits
 
 _CHUNK = 1 << 20
+#: bytes of each payload fetched ahead of a read (the rest streams when the read gets there)
+_HEAD = 4 << 20
 #: other members this large (documents, configs, sample inputs) are objects of their own too:
 #: a skeleton differs between versions (each local header holds its member's CRC), so it
 #: should hold only headers and small members, not a model's document again each time.
@@ -81,11 +86,15 @@ def _copy(source: BinaryIO, size: int, *sinks: Callable[[bytes], object]) -> Non
 
 
 def split(
-    archive: Path, skeleton: Staged, payload: Callable[[], Staged], limits: Limits
+    archive: Path,
+    skeleton: Staged,
+    payload: Callable[[], Staged],
+    limits: Limits,
+    kept: Callable[[Staged], object] = lambda staged: None,
 ) -> tuple[Layout, dict[str, Staged]]:
     """Cut a finished staged archive into `skeleton` and one staged file per distinct payload
-    (made by `payload`); the layout and the payloads by digest (the caller places or drops
-    them, and the skeleton)."""
+    (made by `payload`, handed to `kept` once finished); the layout and the payloads by digest
+    (the caller places or drops them, and the skeleton)."""
     with ZipReader(archive, limits, single_root=False) as reader:
         spans = sorted(
             (m.data_offset, m.size)
@@ -107,6 +116,7 @@ def split(
                 staged.discard()
             else:
                 payloads[digest] = staged
+                kept(staged)
             holes.append(Hole(offset, length, digest))
             at = offset + length
         _copy(source, size - at, skeleton.write)
@@ -115,9 +125,11 @@ def split(
 
 class Rebuilt(Reader):
     """The archive a layout describes, readable and seekable, opening objects as reads reach
-    them (`open` gives an object's seekable reader)."""
+    them (`open` gives an object's seekable reader), and the next `ahead` payloads before."""
 
-    def __init__(self, layout: Layout, open_object: Callable[[str], BinaryIO]) -> None:
+    def __init__(
+        self, layout: Layout, open_object: Callable[[str], BinaryIO], ahead: int = 0
+    ) -> None:
         super().__init__(layout.size)
         self._open = open_object
         # segments: (archive start, archive end, object digest, offset in the object)
@@ -135,15 +147,25 @@ class Rebuilt(Reader):
         self._skeleton = layout.skeleton
         # opened now: an archive gc took fails before an answer starts, not in its middle
         self._handles: dict[str, BinaryIO] = {layout.skeleton: open_object(layout.skeleton)}
+        self._ahead = ahead
+        self._pool = ThreadPoolExecutor(ahead, "rebuilt") if ahead else None
+        self._opening: dict[str, Future[BinaryIO]] = {}
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        if self._pos >= self._size or not view:
-            return 0
+        done = 0
+        # across segments until the buffer is full: a short read would make the buffered
+        # reader above fill its own buffer and copy the rest of the caller's read again
+        while done < len(view) and self._pos < self._size:
+            done += self._read_segment(view[done:])
+        return done
+
+    def _read_segment(self, view: memoryview) -> int:
+        """Read into `view` from the segment holding the position, up to its end."""
         index = bisect.bisect_right(self._starts, self._pos) - 1
         start, end, digest, inner = self._segments[index]
         want = min(len(view), end - self._pos)
-        handle = self._handle(digest)
+        handle = self._handle(digest, index)
         at = inner + self._pos - start
         if handle.tell() != at:
             handle.seek(at)
@@ -154,22 +176,94 @@ class Rebuilt(Reader):
         self._pos += want
         return want
 
-    def _handle(self, digest: str) -> BinaryIO:
+    def _handle(self, digest: str, index: int) -> BinaryIO:
         """The object's reader; one payload is kept open at a time, and the skeleton."""
         handle = self._handles.get(digest)
         if handle is None:
             for other in [d for d in self._handles if d != self._skeleton]:
                 self._handles.pop(other).close()
-            handle = self._handles[digest] = self._open(digest)
+            opening = self._opening.pop(digest, None)
+            handle = self._open(digest) if opening is None else opening.result()
+            self._handles[digest] = handle
+            self._read_ahead(index)
         return handle
+
+    def _read_ahead(self, index: int) -> None:
+        """Open the `ahead` payloads after segment `index`; drop those opened for elsewhere."""
+        if self._pool is None:
+            return
+        wanted: dict[str, int] = {}
+        for start, end, digest, _ in self._segments[index + 1 :]:
+            if len(wanted) == self._ahead:
+                break
+            if digest not in self._handles:
+                # a payload is a whole object: the segment's length is the object's size
+                wanted[digest] = end - start
+        for digest in [d for d in self._opening if d not in wanted]:
+            _dispose(self._opening.pop(digest))
+        for digest, size in wanted.items():
+            if digest not in self._opening:
+                self._opening[digest] = self._pool.submit(self._fetch, digest, size)
+
+    def _fetch(self, digest: str, size: int) -> BinaryIO:
+        """The object opened, its first bytes read already."""
+        handle = self._open(digest)
+        try:
+            head = handle.read(min(size, _HEAD))
+        except BaseException:
+            handle.close()
+            raise
+        return cast(BinaryIO, _Fetched(handle, head, size))
 
     def close(self) -> None:
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
+        for opening in self._opening.values():
+            _dispose(opening)
+        self._opening.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         super().close()
 
 
-def rebuilt(layout: Layout, open_object: Callable[[str], BinaryIO]) -> BinaryIO:
-    """The rebuilt archive as a buffered binary file."""
-    return cast(BinaryIO, io.BufferedReader(Rebuilt(layout, open_object), buffer_size=_CHUNK))
+class _Fetched(Reader):
+    """An object whose first bytes were read ahead: served from them, then from its reader."""
+
+    def __init__(self, handle: BinaryIO, head: bytes, size: int) -> None:
+        super().__init__(size)
+        self._handle = handle
+        self._head = head
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos < len(self._head):
+            got = min(len(view), len(self._head) - self._pos)
+            view[:got] = self._head[self._pos : self._pos + got]
+        else:
+            if self._handle.tell() != self._pos:
+                self._handle.seek(self._pos)
+            got = self._handle.readinto(view)  # type: ignore[attr-defined]
+        self._pos += got
+        return int(got)
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+def _dispose(opening: Future[BinaryIO]) -> None:
+    """Close an object opened ahead, once it is open (a failed open has nothing to close)."""
+
+    def close(done: Future[BinaryIO]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            done.result().close()
+
+    if not opening.cancel():
+        opening.add_done_callback(close)
+
+
+def rebuilt(layout: Layout, open_object: Callable[[str], BinaryIO], ahead: int = 0) -> BinaryIO:
+    """The rebuilt archive as a buffered binary file (`ahead`: payloads opened in advance)."""
+    raw = Rebuilt(layout, open_object, ahead)
+    return cast(BinaryIO, io.BufferedReader(raw, buffer_size=_CHUNK))

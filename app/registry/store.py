@@ -493,7 +493,7 @@ class Registry:
             with self.db.read() as conn:
                 layout = objects.layout_of(conn, digest)
             if layout is not None:
-                return rebuilt(layout, self.blobs.open)
+                return rebuilt(layout, self.blobs.open, self.blobs.objects.read_ahead)
         return self.blobs.open(digest)
 
     def _model(self, conn: Connection, name: str, lock: bool = False) -> Row[Any]:

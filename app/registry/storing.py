@@ -3,7 +3,7 @@ skeleton and its distinct tensor payloads, staged locally, claimed, uploaded, th
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -13,9 +13,6 @@ from app.registry.blobs import BlobStore, Staged
 from app.registry.db import Database
 from app.registry.packing import Layout, split
 from app.settings import Limits
-
-#: objects one push uploads at once
-_UPLOADS = 4
 
 
 @dataclass
@@ -38,19 +35,35 @@ class Parts:
 
 
 def stage_parts(blobs: BlobStore, archive: Staged, canonical: Staged, limits: Limits) -> Parts:
-    """Cut the finished staged archive into its objects (the archive itself is dropped)."""
+    """Cut the finished staged archive into its objects (the archive itself is dropped), each
+    settled for its upload."""
     skeleton = blobs.stage()
-    try:
-        layout, payloads = split(archive.path, skeleton, blobs.stage, limits)
-    except BaseException:
-        skeleton.discard()
-        raise
-    parts = Parts(archive.finish(), layout, dict(payloads))
-    for extra in (skeleton, canonical):
-        if extra.digest in parts.staged:
-            extra.discard()
-        else:
-            parts.staged[extra.digest] = extra
+    settling: list[Future[None]] = []
+    # each payload settles (a local store fsyncs it) while the next ones are cut: the disk
+    # writes back what the CPU has hashed, instead of one file after another at the end
+    with ThreadPoolExecutor(blobs.objects.parallel) as pool:
+
+        def settle(staged: Staged) -> None:
+            settling.append(pool.submit(blobs.objects.settle, staged.path))
+
+        try:
+            layout, payloads = split(archive.path, skeleton, blobs.stage, limits, settle)
+        except BaseException:
+            skeleton.discard()
+            raise
+        parts = Parts(archive.finish(), layout, dict(payloads))
+        for extra in (skeleton, canonical):
+            if extra.digest in parts.staged:
+                extra.discard()
+            else:
+                parts.staged[extra.digest] = extra
+                settle(extra)
+        try:
+            for future in settling:
+                future.result()
+        except BaseException:
+            parts.discard()
+            raise
     archive.discard()
     return parts
 
@@ -65,8 +78,9 @@ def upload(db: Database, blobs: BlobStore, parts: Parts) -> None:
         if digest not in stored or not blobs.exists(digest):
             blobs.objects.put(staged.path, digest)
 
-    # several at once: an object store's requests wait on the network, not on this CPU
-    with ThreadPoolExecutor(_UPLOADS) as pool:
+    # several at once: an object store's requests wait on the network, a directory's fsyncs on
+    # the disk, not on this CPU
+    with ThreadPoolExecutor(blobs.objects.parallel) as pool:
         list(pool.map(store, sorted(parts.staged.items())))
 
 

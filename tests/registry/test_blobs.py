@@ -7,6 +7,7 @@ import hashlib
 import random
 import threading
 import time
+from typing import BinaryIO
 
 import pytest
 import torch
@@ -123,6 +124,36 @@ def test_ranges_of_a_rebuilt_archive(registry: Registry, series: list[bytes]) ->
         handle.seek(last.offset + 5)
         assert handle.read(7) == whole[last.offset + 5 : last.offset + 12]
     assert opened == [layout.skeleton, last.digest]
+
+
+def test_a_rebuilt_archive_read_ahead(registry: Registry, series: list[bytes]) -> None:
+    """Opening payloads ahead of the read (as against an object store) changes no byte, in
+    order or at random offsets, and closes every object it opened."""
+    info = registry.push("tower", prepare(registry, series[5])).version
+    whole = pull(registry, "tower", "1")
+    with registry.db.read() as conn:
+        layout = layout_of(conn, info.digests.archive)
+    assert layout is not None
+    handles: list[BinaryIO] = []
+
+    def tracking(digest: str) -> BinaryIO:
+        handles.append(registry.blobs.open(digest))
+        return handles[-1]
+
+    with rebuilt(layout, tracking, ahead=3) as handle:
+        assert handle.read() == whole
+    rng = random.Random(11)
+    with rebuilt(layout, tracking, ahead=3) as handle:
+        for _ in range(30):
+            start = rng.randrange(len(whole))
+            end = min(len(whole), start + rng.choice([10, 5000, 1 << 20]))
+            handle.seek(start)
+            assert handle.read(end - start) == whole[start:end], (start, end)
+    # objects opened ahead and never reached are closed once their open finishes
+    deadline = time.monotonic() + 5
+    while not all(h.closed for h in handles) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(h.closed for h in handles)
 
 
 def test_gc_racing_pushes_of_the_same_tensors(backend: Backend, series: list[bytes]) -> None:

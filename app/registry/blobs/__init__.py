@@ -58,7 +58,7 @@ class BlobStore:
         return self.staging.stage()
 
     def stage_bytes(self, data: bytes) -> Staged:
-        """Bytes staged and fsynced."""
+        """Bytes staged and finished."""
         return self.staging.stage_bytes(data)
 
     def place(self, staged: Staged) -> str:

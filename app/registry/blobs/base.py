@@ -31,9 +31,18 @@ class Objects(Protocol):
 
     #: where the objects are, for messages (a directory or an s3:// URL)
     location: str
+    #: how many `put`s one push runs at once
+    parallel: int
+    #: how many objects a pull opens ahead of its read (0: opening one costs nothing)
+    read_ahead: int
 
     def exists(self, digest: str) -> bool:
         """Whether the object is stored."""
+        ...
+
+    def settle(self, source: Path) -> None:
+        """Ready a staged file for a later `put`, ahead of it and from any thread (a local
+        store fsyncs it, which `put` needs before linking it; an object store does nothing)."""
         ...
 
     def put(self, source: Path, digest: str) -> None:

@@ -1,7 +1,7 @@
 """The local directory backend: ``<root>/<first two hex digits>/<sha256 hex>``.
 
-An object reaches its path by `rename` from the same filesystem after its bytes were fsynced,
-and the directory is fsynced after the rename, so an object is either absent or whole after a
+An object reaches its path by `link` or `rename` from the same filesystem after its bytes were
+fsynced, and the directory is fsynced after that, so an object is either absent or whole after a
 crash. Several processes (replicas on one machine, or on a shared filesystem) may share it.
 """
 
@@ -22,6 +22,9 @@ from app.registry.blobs.base import Listed, is_digest
 _TEMP = ".copying-"
 #: a copy into the store still unfinished this long after it started was left by a crash.
 _COPY_GRACE_S = 3600.0
+#: fsyncs one push runs at once: each waits on the disk with the GIL released, and the
+#: filesystem's journal commits the concurrent ones together
+_PARALLEL = 16
 
 
 def _fsync_dir(path: Path) -> None:
@@ -56,6 +59,8 @@ class LocalObjects:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.location = str(root)
+        self.parallel = _PARALLEL
+        self.read_ahead = 0
         root.mkdir(parents=True, exist_ok=True)
 
     def path(self, digest: str) -> Path:
@@ -66,8 +71,13 @@ class LocalObjects:
         """Whether the object is stored."""
         return self.path(digest).is_file()
 
+    def settle(self, source: Path) -> None:
+        """Fsync the staged file (then `put` finds nothing left to write)."""
+        _fsync_file(source)
+
     def put(self, source: Path, digest: str) -> None:
-        """Link or copy `source` to the object's path (staging may sit on this filesystem)."""
+        """Fsync and link `source` to the object's path (staging may sit on this filesystem),
+        or copy it."""
         target = self.path(digest)
         if target.is_file():
             return
@@ -76,7 +86,8 @@ class LocalObjects:
             folder.mkdir(exist_ok=True)
             _fsync_dir(self.root)
         try:
-            # the staged file is fsynced: a link publishes it whole, or fails if it is there
+            # fsynced first, a link publishes it whole (or fails if it is there)
+            _fsync_file(source)
             os.link(source, target)
         except FileExistsError:
             return

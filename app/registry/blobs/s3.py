@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 MiB = 1024 * 1024
+#: requests one push or pull (and one multipart upload) has in flight at once
+_PARALLEL = 4
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 _KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{64})")
 
@@ -56,9 +58,13 @@ class S3Objects:
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.location = f"s3://{bucket}/{self.prefix}"
         self.client = client_from_env()
+        self.parallel = _PARALLEL
+        self.read_ahead = _PARALLEL
         self._part_bytes = part_bytes
         self._transfer = TransferConfig(
-            multipart_threshold=part_bytes, multipart_chunksize=part_bytes, max_concurrency=4
+            multipart_threshold=part_bytes,
+            multipart_chunksize=part_bytes,
+            max_concurrency=_PARALLEL,
         )
         self._ensure_bucket()
 
@@ -89,6 +95,9 @@ class S3Objects:
                 return False
             raise
         return True
+
+    def settle(self, source: Path) -> None:
+        """Nothing: the upload reads the staged file, a crash throws it away."""
 
     def put(self, source: Path, digest: str) -> None:
         """Upload the file: one PUT up to the part size, in parts (several at once) past it."""

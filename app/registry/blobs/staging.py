@@ -42,15 +42,16 @@ class Staged:
         self.size += len(data)
 
     def flush(self) -> None:
-        """Hand buffered bytes to the operating system (finish makes them durable)."""
+        """Hand buffered bytes to the operating system."""
         assert self._file is not None, "the staged file is finished"
         self._file.flush()
 
     def finish(self) -> str:
-        """Flush and fsync the bytes; the sha256 hex of everything written."""
+        """Close the file; the sha256 hex of everything written.
+
+        Not fsynced: a staged file is thrown away after a crash, and the backend that stores it
+        makes its own copy durable (a local store fsyncs it, many at once, before linking it)."""
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
             self._digest = self._hash.hexdigest()
@@ -108,7 +109,7 @@ class Staging:
         return Staged(self.owner / f"blob-{secrets.token_hex(8)}")
 
     def stage_bytes(self, data: bytes) -> Staged:
-        """Bytes staged and fsynced."""
+        """Bytes staged and finished."""
         staged = self.stage()
         try:
             staged.write(data)
