@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     #: torch worker processes (each runs one job at a time).
     workers: int = 2
     #: a torch job is killed past this many seconds: the ceiling of every job's time limit.
+    #: A job's time is its own execution: wall time less the time its thread waited for a core
+    #: (app/workers/clock.py), so a loaded host does not kill jobs that are only waiting.
     job_timeout_s: float = 120.0
     #: a job's time limit is this many seconds plus job_timeout_per_mb_s per MiB of what it is
     #: given (document and files), up to job_timeout_s; 0: every job gets job_timeout_s.
