@@ -117,7 +117,7 @@ class _ArchivePart:
         return self.staged.write
 
     def end_part(self, header: PartHeader, size: int) -> None:
-        """Nothing to close: the staged blob is finished (fsynced) once the body is whole."""
+        """Nothing to close: the staged blob is finished once the body is whole."""
 
 
 async def _receive(request: Request, staged: Staged, settings: Settings) -> None:
@@ -144,7 +144,7 @@ async def _receive(request: Request, staged: Staged, settings: Settings) -> None
 async def staged_upload(
     request: Request, name: str, registry: RegistryDep
 ) -> AsyncIterator[Staged]:
-    """The uploaded .pt2 in the registry's staging area (fsynced), removed unless stored."""
+    """The uploaded .pt2 in the registry's staging area, removed unless stored."""
     check_model_name(name)
     settings: Settings = request.app.state.settings
     staged = registry.blobs.stage()
