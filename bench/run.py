@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             print(mixed_text)
     with phase(plan, "registry storage", 0 if args.smoke else 100):
         # issue 16: push/pull against the stores' raw rates, stored bytes of a fine-tune series
-        storage_text, storage_held = storage.bench_section(20 if args.smoke else 200)
+        # a missed floor is reported as MISSED like the table's targets; only checks fail a run
+        storage_text, _ = storage.bench_section(20 if args.smoke else 200)
         print(storage_text)
     plan.torch_enabled = False
     for i, program in enumerate(suite.large):
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(written + ("\n" + kept if kept else ""))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
-    failed = any(r.status == "FAIL" for r in rows) or not mixed_held or not storage_held
+    failed = any(r.status == "FAIL" for r in rows) or not mixed_held
     return 1 if failed else 0
 
 

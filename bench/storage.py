@@ -200,7 +200,7 @@ def _section(results: dict[str, dict[str, float]]) -> tuple[str, bool]:
             f"| {label} | {r['push']:.0f} | {r['upload']:.0f} | {up:.2f} | {r['pull']:.0f} | "
             f"{r['download']:.0f} | {down:.2f} | {r['stored'] / MiB:.2f} MiB | "
             f"{r['one'] / MiB:.2f} MiB | {r['stored'] / r['one']:.2f} | "
-            f"{'ok' if ok else 'FAIL'} |"
+            f"{'MET' if ok else f'MISSED (< {FLOOR} of raw)'} |"
         )
     return "\n".join(lines) + "\n", held
 

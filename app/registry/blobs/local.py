@@ -124,7 +124,10 @@ class LocalObjects:
             if folder.is_dir():
                 for path in sorted(folder.iterdir()):
                     if is_digest(path.name) and path.name[:2] == folder.name:
-                        stat = path.stat()
+                        try:
+                            stat = path.stat()
+                        except FileNotFoundError:
+                            continue  # collected by gc (another process) since the folder was read
                         yield Listed(path.name, stat.st_size, stat.st_mtime)
 
     def strays(self) -> list[str]:
