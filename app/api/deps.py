@@ -3,15 +3,18 @@ that response bodies are written to."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, Query, Request
+from pydantic import BeforeValidator
 
 from app import operations as ops
 from app.api.uploads import Upload, receive
@@ -133,3 +136,18 @@ UploadDep = Annotated[Upload, Depends(upload)]
 WorkDep = Annotated[Work, Depends(admitted, scope="function")]
 OutputDep = Annotated[Path, Depends(output)]
 InspectDep = Annotated[ops.InspectRequest, Depends(inspect_request)]
+
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _rfc3339(value: object) -> object:
+    """Date-time text only: pydantic would also read a number, or numeric text, as a Unix time,
+    which OpenAPI's `date-time` (what the routes document) does not allow."""
+    if isinstance(value, datetime) or (isinstance(value, str) and _RFC3339.match(value)):
+        return value
+    raise ValueError("expected an RFC 3339 date-time such as 2026-11-01T00:00:00Z")
+
+
+#: a date-time parameter or field, as RFC 3339 text
+DateTime = Annotated[datetime, BeforeValidator(_rfc3339)]

@@ -75,6 +75,17 @@ def extra_components() -> dict[str, Any]:
     return {**wire, **nested, PROBLEM_SCHEMA_REF.removeprefix(COMPONENTS): problem}
 
 
+def _credentials_optional(spec: dict[str, Any]) -> None:
+    """Every route takes credentials without demanding them (who may do what follows the
+    settings: an open loopback service, or an organization default permission), and answers
+    401 itself when a token is needed; so each security requirement also allows none."""
+    for operations in spec.get("paths", {}).values():
+        for operation in operations.values():
+            security = operation.get("security") if isinstance(operation, dict) else None
+            if security and {} not in security:
+                security.append({})
+
+
 def install(app: FastAPI) -> None:
     """Make `app.openapi()` include the extra components (computed once)."""
 
@@ -92,6 +103,7 @@ def install(app: FastAPI) -> None:
             if clash:
                 raise RuntimeError(f"OpenAPI component names used twice: {clash}")
             components.update(extra)
+            _credentials_optional(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 

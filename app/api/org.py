@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from app.api.auth import AUTH_PROBLEMS, CallerDep, ManageDep, ensure
+from app.api.deps import DateTime
 from app.api.problems import problem_responses
 from app.registry import Registry, check_model_name
 from app.registry.audit import AuditPage, AuditQuery, entries
@@ -62,15 +62,15 @@ class TokenRequest(BaseModel):
 
     name: str = Field(min_length=1, max_length=128)
     owner: str | None = Field(default=None, max_length=128)
-    admin: bool = False
-    expires_at: datetime | None = None
+    admin: StrictBool = False
+    expires_at: DateTime | None = None
 
 
 @router.post(
     "/tokens",
     status_code=201,
     response_model=NewToken,
-    responses=problem_responses(*_PROBLEMS, "invalid-name"),
+    responses=problem_responses(*_PROBLEMS, "bad-request", "invalid-name"),
 )
 def create_token(body: TokenRequest, request: Request, who: CallerDep) -> NewToken:
     """Create a token; its secret is in this answer only. Anyone authenticated creates tokens
@@ -125,7 +125,7 @@ def list_permissions(name: str, request: Request, who: ManageDep) -> list[Grant]
 @router.put(
     "/models/{name}/permissions/{principal}",
     response_model=Grant,
-    responses=problem_responses(*_MODEL_PROBLEMS),
+    responses=problem_responses(*_MODEL_PROBLEMS, "bad-request"),
 )
 def put_permission(
     name: str, principal: str, body: LevelBody, request: Request, who: ManageDep
@@ -157,9 +157,10 @@ def audit(
     model: str | None = None,
     actor: str | None = None,
     action: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    before: Annotated[int | None, Query(ge=1)] = None,
+    since: DateTime | None = None,
+    until: DateTime | None = None,
+    # a row id: within the databases' 64-bit integers
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
     """The audit log, newest first, filtered; `before`: the previous page's `next`. Admins see

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from app.api.auth import AUTH_PROBLEMS, CallerDep
+from app.api.deps import DateTime
 from app.api.problems import problem_responses
 from app.api.registry import RegistryDep
 from app.registry import check_model_name
@@ -41,11 +41,13 @@ def search_versions(
     pushed_by: Annotated[
         str | None, Query(max_length=128, description="the principal that pushed it")
     ] = None,
-    created_after: Annotated[datetime | None, Query(description="inclusive")] = None,
-    created_before: Annotated[datetime | None, Query(description="exclusive")] = None,
+    created_after: Annotated[DateTime | None, Query(description="inclusive")] = None,
+    created_before: Annotated[DateTime | None, Query(description="exclusive")] = None,
     include_deleted: bool = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[int | None, Query(ge=1, description="the previous page's `next`")] = None,
+    after: Annotated[
+        int | None, Query(ge=1, le=2**63 - 1, description="the previous page's `next`")
+    ] = None,
 ) -> SearchPage:
     """Versions of every model (or one) that match all the filters given, newest first; only
     those the caller may read, so a page can be shorter than `limit` and still have a `next`."""

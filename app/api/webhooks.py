@@ -74,7 +74,7 @@ class SubscriptionList(BaseModel):
     "",
     status_code=201,
     response_model=hooks.CreatedSubscription,
-    responses=problem_responses(*_PROBLEMS, "invalid-webhook", "invalid-name"),
+    responses=problem_responses(*_PROBLEMS, "bad-request", "invalid-webhook", "invalid-name"),
 )
 def create_webhook(
     body: NewSubscription, who: CallerDep, registry: RegistryDep
@@ -137,7 +137,7 @@ def list_deliveries(
     who: CallerDep,
     registry: RegistryDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before: Annotated[int | None, Query(ge=1)] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
 ) -> hooks.DeliveryPage:
     """A subscription's deliveries, newest first: status, attempts, the last answer."""
     _own(registry, who, webhook_id)

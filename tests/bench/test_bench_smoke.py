@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import os
 import subprocess
 import sys
@@ -30,7 +31,10 @@ LIBRARY_BENCHES = (
 
 
 def _table(stdout: str) -> list[dict[str, str]]:
-    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    # the benchmarks' table (the mixed-load and storage sections print tables of their own)
+    text = stdout.splitlines()
+    first = next(i for i, line in enumerate(text) if line.startswith("| benchmark |"))
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), text[first:]))
     header = [c.strip() for c in lines[0].strip("|").split(" | ")]
     return [
         dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
