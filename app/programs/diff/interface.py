@@ -11,6 +11,7 @@ symbol's range. Any other change of an input or an output is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from app.programs.diff.models import InterfaceChange, InterfaceChangeKind, RangeChange
 from app.programs.diff.symbols import (
@@ -276,30 +277,22 @@ def _input(
 def _compare_outputs(old: list[_Entry], new: list[_Entry], changes: list[InterfaceChange]) -> None:
     for o, n in zip(old, new, strict=False):
         changes.extend(_value_changes("output", f"output {n.position}", o.desc, n.desc))
-    for entry in old[len(new) :]:
-        label = f"output {entry.position}"
-        changes.append(
-            InterfaceChange(
-                side="output",
-                change="removed",
-                name=label,
-                old=entry.desc.text(),
-                breaking=True,
-                detail=f"{label} ({entry.desc.text()}) was removed",
-            )
-        )
-    for entry in new[len(old) :]:
-        label = f"output {entry.position}"
-        changes.append(
-            InterfaceChange(
-                side="output",
-                change="added",
-                name=label,
-                new=entry.desc.text(),
-                breaking=True,
-                detail=f"{label} ({entry.desc.text()}) was added",
-            )
-        )
+    changes.extend(_output_end(entry, "removed") for entry in old[len(new) :])
+    changes.extend(_output_end(entry, "added") for entry in new[len(old) :])
+
+
+def _output_end(entry: _Entry, change: Literal["removed", "added"]) -> InterfaceChange:
+    """An output only one side has: every caller that unpacks the outputs breaks."""
+    label, text = f"output {entry.position}", entry.desc.text()
+    return InterfaceChange(
+        side="output",
+        change=change,
+        name=label,
+        old=text if change == "removed" else None,
+        new=text if change == "added" else None,
+        breaking=True,
+        detail=f"{label} ({text}) was {change}",
+    )
 
 
 def _compare_mutations(
