@@ -157,6 +157,14 @@ MODELS = (
 )
 
 
+def build_model(name: str, layers: int) -> nn.Module:
+    """The family `name` of `MODELS` with `layers` layers, random weights, in eval mode."""
+    for model in MODELS:
+        if model.name == name:
+            return model.build(_transformers(), layers).eval()
+    raise ValueError(f"no Hugging Face model {name!r}")
+
+
 def hf_program(cache: Cache, model: HFModel) -> Program:
     """The cached export of one model (exported with its example inputs on a cache miss)."""
 

@@ -19,6 +19,7 @@ from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
+from bench.hf_programs import build_model
 from bench.zoo import ZooProgram, outputs_close
 from tests.realzoo_ops import register_real_ops
 
@@ -142,34 +143,9 @@ def _causal_lm(name: str, config_name: str, model_name: str, **extra: Any) -> Re
 
 def tiny_hf_model(arch: str, layers: int = LAYERS) -> nn.Module:
     """A tiny Hugging Face model in eval mode, random weights from its config alone: "gpt2"
-    (GPT2LMHeadModel), "bert" (BertModel) or "vit" (ViTModel, 16x16 images of 3 channels)."""
-    tf = _transformers()
-    if arch == "gpt2":
-        gpt2 = tf.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=HIDDEN,
-            n_layer=layers,
-            n_head=HEADS,
-            n_inner=FFN,
-            n_positions=POSITIONS,
-            bos_token_id=1,
-            eos_token_id=2,
-            use_cache=False,
-        )
-        return tf.GPT2LMHeadModel(gpt2).eval()
-    shared = {
-        "hidden_size": HIDDEN,
-        "num_hidden_layers": layers,
-        "num_attention_heads": HEADS,
-        "intermediate_size": FFN,
-    }
-    if arch == "bert":
-        bert = tf.BertConfig(vocab_size=VOCAB, max_position_embeddings=POSITIONS, **shared)
-        return tf.BertModel(bert).eval()
-    if arch == "vit":
-        vit = tf.ViTConfig(image_size=16, patch_size=8, num_channels=3, **shared)
-        return tf.ViTModel(vit).eval()
-    raise ValueError(f"no tiny Hugging Face model {arch!r}")
+    (GPT2LMHeadModel), "bert" (BertModel) or "vit" (ViTModel, 16x16 images of 3 channels), as
+    the benchmark builds them."""
+    return build_model(arch, layers)
 
 
 def _gpt2() -> RealProgram:
