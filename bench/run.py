@@ -81,7 +81,8 @@ class HttpLoad:
     clients: tuple[int, ...]
     window: float
     limit: int
-    #: the configuration issue 9's service target is stated on.
+    #: validate at 1 and 4 clients on this program is judged: issue 9 states the service target
+    #: on 4 clients and a 1 MB document, issue 20 on 1 client and 107 nodes.
     judged: bool = False
     note: str = ""
 
@@ -132,7 +133,7 @@ def build_suite(cache: Cache, smoke: bool) -> Suite:
     weights = [weights_program(cache, 1, 4096), weights_program(cache, 3, 4096)]
     zoo = zoo_programs(cache)
     http = [
-        HttpLoad(small, (1, 4, 16), 1.5, 5000),
+        HttpLoad(small, (1, 4, 16), 1.5, 5000, judged=True),
         HttpLoad(
             base,
             (1, 4),
@@ -207,7 +208,7 @@ def http_rows(suite: Suite) -> list[Row]:
                     in_loop = service.library_load(
                         endpoint, body, settings, clients, load.window, load.limit
                     )
-                    judged = endpoint.name == "/v1/validate" and clients == 4 and load.judged
+                    judged = endpoint.name == "/v1/validate" and clients <= 4 and load.judged
                     row = http_row(
                         endpoint.name,
                         program.name,
