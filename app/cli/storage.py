@@ -24,7 +24,8 @@ def _gc(args: argparse.Namespace) -> int:
     verb = "would remove" if report.dry_run else "removed"
     human = (
         f"{verb} {len(report.objects)} objects ({report.freed_bytes} bytes), "
-        f"{len(report.archives)} archive layouts, {len(report.strays)} strays"
+        f"{len(report.archives)} archive layouts, {len(report.strays)} strays, "
+        f"{len(report.uploads)} unfinished uploads, {len(report.graph_answers)} graph answers"
     )
     emit(args, report.model_dump(mode="json"), human)
     return EXIT_OK
@@ -36,7 +37,8 @@ def register(sub: Subcommands, shared: Parser) -> None:
     commands = group.add_subparsers(dest="registry_command", required=True, parser_class=Parser)
     gc = commands.add_parser(
         "gc",
-        help="remove blob objects no kept version refers to (safe while pushes run)",
+        help="remove blob objects, unfinished uploads and graph answers no kept version needs "
+        "(safe while pushes run)",
         parents=[shared],
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")

@@ -7,7 +7,9 @@ stored whole before issue 16, or a part of its archive) and no push touched it w
 SQLite, every write transaction excludes every other): a push's final transaction, which holds
 the lock shared, re-stores whatever was taken between its claim and its commit, so gc and pushes
 can race freely (see `objects`). Objects the store holds with no row at all (a push that died
-between its claim's rollback and its upload) are collected once they are older than the grace.
+between its claim's rollback and its upload) are collected once they are older than the grace,
+and so are an object store's unfinished multipart uploads (a replica killed mid-upload). Graph
+answers the API stored for archives no kept version has are removed too.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, delete, or_, select
 
-from app.registry.blobs import BlobStore
+from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, now, versions
 from app.registry.objects import archive_objects, blob_archives, blob_objects, touched_before
 from app.settings import Settings
@@ -39,6 +42,10 @@ class GcReport(BaseModel):
     archives: list[str]
     #: names under the store's area that are not objects
     strays: list[str]
+    #: unfinished uploads begun before the claim grace ("<key> <upload id>"), aborted
+    uploads: list[str]
+    #: stored graph answers (by archive digest) of archives no kept version has
+    graph_answers: list[str]
 
 
 def _kept(conn: Connection, settings: Settings) -> set[str]:
@@ -70,34 +77,70 @@ def collect(db: Database, blobs: BlobStore, settings: Settings, dry_run: bool = 
         archives = _dead_archives(conn, kept)
         stamp = now() - timedelta(seconds=settings.gc_claim_grace_s)
         doomed = set(touched_before(conn, stamp)) - kept
-        rows = set(conn.execute(select(blob_objects.c.digest)).scalars())
-        sizes: dict[str, int] = {}
-        for listed in blobs.listing():
-            if listed.digest in doomed or (
-                listed.digest not in rows
-                and listed.digest not in kept
-                and listed.written < stamp.timestamp()
-            ):
-                sizes[listed.digest] = listed.size
+        sizes = _unrecorded(conn, blobs, kept, doomed, stamp.timestamp())
         strays = blobs.objects.strays()
+        uploads = [u for u in blobs.objects.unfinished() if u.started < stamp.timestamp()]
+        answers = _dead_answers(settings, kept)
         if not dry_run:
-            for digest in sorted(doomed | set(sizes)):
-                blobs.remove(digest)
-            for chunk in _chunks(sorted(doomed)):
-                conn.execute(delete(blob_objects).where(blob_objects.c.digest.in_(chunk)))
-            for chunk in _chunks(archives):
-                conn.execute(
-                    delete(archive_objects).where(archive_objects.c.archive_digest.in_(chunk))
-                )
-                conn.execute(delete(blob_archives).where(blob_archives.c.digest.in_(chunk)))
+            _remove(conn, blobs, sorted(doomed | set(sizes)), sorted(doomed), archives)
             for name in strays:
                 blobs.objects.remove_stray(name)
+            for upload in uploads:
+                blobs.objects.abort(upload)
+            for path in answers:
+                path.unlink(missing_ok=True)
     return GcReport(
         dry_run=dry_run,
         objects=sorted(set(sizes) | doomed),
         freed_bytes=sum(sizes.values()),
         archives=archives,
         strays=strays,
+        uploads=[f"{u.key} {u.upload_id}" for u in uploads],
+        graph_answers=[p.stem for p in answers],
+    )
+
+
+def _unrecorded(
+    conn: Connection, blobs: BlobStore, kept: set[str], doomed: set[str], before: float
+) -> dict[str, int]:
+    """The stored objects to collect, with their sizes: the doomed ones, and those with no row
+    at all (a push that died before its claim) written before `before`."""
+    rows = set(conn.execute(select(blob_objects.c.digest)).scalars())
+    return {
+        listed.digest: listed.size
+        for listed in blobs.listing()
+        if listed.digest in doomed
+        or (listed.digest not in rows and listed.digest not in kept and listed.written < before)
+    }
+
+
+def _remove(
+    conn: Connection, blobs: BlobStore, gone: list[str], rows: list[str], archives: list[str]
+) -> None:
+    """Delete the objects `gone`, the object rows `rows` and the archive layouts `archives`."""
+    for digest in gone:
+        blobs.remove(digest)
+    for chunk in _chunks(rows):
+        conn.execute(delete(blob_objects).where(blob_objects.c.digest.in_(chunk)))
+    for chunk in _chunks(archives):
+        conn.execute(delete(archive_objects).where(archive_objects.c.archive_digest.in_(chunk)))
+        conn.execute(delete(blob_archives).where(blob_archives.c.digest.in_(chunk)))
+
+
+def graph_answers(settings: Settings) -> Path:
+    """The folder of stored graph answers, ``<archive digest>.json`` each (app/api/graphs.py
+    writes them after a push; gc removes those of archives no kept version has)."""
+    return settings.data_dir / "graphs"
+
+
+def _dead_answers(settings: Settings, kept: set[str]) -> list[Path]:
+    folder = graph_answers(settings)
+    if not folder.is_dir():
+        return []
+    return sorted(
+        path
+        for path in folder.iterdir()
+        if path.suffix == ".json" and is_digest(path.stem) and path.stem not in kept
     )
 
 

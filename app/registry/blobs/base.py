@@ -26,6 +26,16 @@ class Listed:
     written: float
 
 
+@dataclass(frozen=True)
+class Upload:
+    """An upload begun and not finished (an object store's multipart upload): the key it
+    writes, its id and when it began (epoch s)."""
+
+    key: str
+    upload_id: str
+    started: float
+
+
 class Objects(Protocol):
     """A backend: objects are written whole (never visible half-written) and never changed."""
 
@@ -67,6 +77,14 @@ class Objects(Protocol):
 
     def remove_stray(self, name: str) -> None:
         """Delete one of `strays`."""
+        ...
+
+    def unfinished(self) -> list[Upload]:
+        """Uploads begun under the store's area and neither completed nor aborted."""
+        ...
+
+    def abort(self, upload: Upload) -> None:
+        """Abort one of `unfinished` (its parts are freed; no error if it is gone)."""
         ...
 
 

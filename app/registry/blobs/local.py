@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from app.registry.blobs.base import Listed, is_digest
+from app.registry.blobs.base import Listed, Upload, is_digest
 
 _TEMP = ".copying-"
 #: a copy into the store still unfinished this long after it started was left by a crash.
@@ -152,3 +152,10 @@ class LocalObjects:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+    def unfinished(self) -> list[Upload]:
+        """None: a copy cut short is a temporary file, a stray once its grace is over."""
+        return []
+
+    def abort(self, upload: Upload) -> None:
+        """Nothing to abort (`unfinished` lists none)."""

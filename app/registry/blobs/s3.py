@@ -21,7 +21,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from app.registry.blobs.base import Listed, Reader, is_digest
+from app.registry.blobs.base import Listed, Reader, Upload, is_digest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -153,6 +153,28 @@ class S3Objects:
     def remove_stray(self, name: str) -> None:
         """Delete a stray key."""
         self.client.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{name}")
+
+    def unfinished(self) -> list[Upload]:
+        """Multipart uploads under the prefix still in progress (a replica killed mid-upload
+        leaves its parts stored, unlisted and billed, until the upload is aborted)."""
+        pages = self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=self.prefix
+        )
+        return [
+            Upload(str(item["Key"]), str(item["UploadId"]), item["Initiated"].timestamp())
+            for page in pages
+            for item in cast(list[dict[str, Any]], page.get("Uploads", []))
+        ]
+
+    def abort(self, upload: Upload) -> None:
+        """Abort the multipart upload."""
+        try:
+            self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=upload.key, UploadId=upload.upload_id
+            )
+        except ClientError as error:
+            if str(error.response.get("Error", {}).get("Code", "")) != "NoSuchUpload":
+                raise
 
 
 class _ObjectReader(Reader):
