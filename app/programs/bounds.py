@@ -3,10 +3,10 @@ and nodes; and the byte scanner for runs of digits they share with the canonical
 
 from __future__ import annotations
 
-import array
-import itertools
 import re
 from collections.abc import Iterator
+
+import numpy as np
 
 from app.programs.findings import Finding
 from app.settings import Limits
@@ -15,8 +15,12 @@ from app.settings import Limits
 MAX_NUMBER_DIGITS = 4300
 
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+#: An escaped backslash or quote. Removed left to right, as a JSON reader pairs escapes, they
+#: leave every remaining quote a string delimiter.
+_ESCAPE = re.compile(rb'\\[\\"]')
 #: Openers to +1 and closers to -1 as signed bytes, so that C sums the nesting depth.
 _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_QUOTE = ord('"')
 _NODE_KEY = re.compile(rb'"target"\s*:')
 #: Digits to 1, all else to 0: runs of digits are then plain substring searches.
 _DIGIT_MASK = bytes(int(48 <= b <= 57) for b in range(256))
@@ -43,12 +47,9 @@ def check_bounds(data: bytes, limits: Limits) -> list[Finding]:
                 f"{len(data)} bytes; the limit is {limits.max_json_bytes}",
             )
         ]
-    # Dropping escaped backslashes and quotes leaves every remaining quote a string delimiter,
-    # so a split alternates structure and string contents, all in C.
-    cleaned = data.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in data else data
-    parts = cleaned.split(b'"')
+    cleaned = _ESCAPE.sub(b"", data) if b"\\" in data else data
+    longest, structure = _strings(cleaned)
     found: list[Finding] = []
-    longest = max(map(len, itertools.islice(parts, 1, None, 2)), default=0)
     if longest > limits.max_string_length:
         found.append(
             _bound(
@@ -56,10 +57,8 @@ def check_bounds(data: bytes, limits: Limits) -> list[Finding]:
                 f"a string of {longest} bytes; the limit is {limits.max_string_length}",
             )
         )
-    structure = b"".join(itertools.islice(parts, 0, None, 2))
-    del parts
     steps = structure.translate(None, delete=_NOT_BRACKETS).translate(_OPEN_CLOSE)
-    depth = max(itertools.accumulate(array.array("b", steps)), default=0)
+    depth = int(np.cumsum(np.frombuffer(steps, np.int8), dtype=np.int64).max()) if steps else 0
     if depth > limits.max_json_depth:
         found.append(
             _bound(
@@ -86,6 +85,23 @@ def check_bounds(data: bytes, limits: Limits) -> list[Finding]:
             )
         )
     return found
+
+
+def _strings(cleaned: bytes) -> tuple[int, bytes]:
+    """The longest string's length and the bytes outside strings, quotes dropped, of a document
+    whose every quote delimits a string (an odd last one opens a string to the end)."""
+    chars = np.frombuffer(cleaned, np.uint8)
+    quotes = np.flatnonzero(chars == _QUOTE)
+    opened, closed = quotes[0::2], quotes[1::2]
+    ends = np.append(closed, len(chars)) if len(opened) > len(closed) else closed
+    longest = int((ends - opened).max()) - 1 if len(opened) else 0
+    # alternate runs kept and dropped: up to each opening quote, then through its closing one
+    cuts = np.empty(len(quotes) + 2, np.int64)
+    cuts[0], cuts[1:-1], cuts[-1] = 0, quotes, len(chars)
+    cuts[2:-1:2] += 1
+    kept = np.zeros(len(quotes) + 1, np.bool_)
+    kept[0::2] = True
+    return longest, chars[np.repeat(kept, np.diff(cuts))].tobytes()
 
 
 def _bound(code: str, message: str) -> Finding:

@@ -182,6 +182,33 @@ def test_brackets_and_quotes_inside_strings_do_not_count(zoo_json: dict[str, byt
     assert check_bounds(data, _limited(max_json_depth=10, max_nodes=5)) == []
 
 
+@pytest.mark.parametrize(
+    ("data", "longest"),
+    [
+        (b'{"abcd": "\\\\\\"xyz\\n"}', 5),  # escaped backslash and quote count 0, \n counts 2
+        (b'["a", "bcdefg', 6),  # an unterminated string runs to the end
+        (b'{"": [1]}', 0),
+    ],
+)
+def test_string_lengths_count_escaped_quotes_and_backslashes_as_nothing(
+    data: bytes, longest: int
+) -> None:
+    assert check_bounds(data, _limited(max_string_length=longest)) == []
+    too_long = check_bounds(data, _limited(max_string_length=longest - 1))
+    assert [(f.code, f.message) for f in too_long] == [
+        (
+            "document-string-too-long",
+            f"a string of {longest} bytes; the limit is {longest - 1}",
+        )
+    ]
+
+
+def test_digits_on_both_sides_of_a_string_make_one_number() -> None:
+    data = b"[" + b"1" * 3000 + b'"x"' + b"2" * 1400 + b"]"
+    assert [f.code for f in check_bounds(data, SETTINGS)] == ["document-number-too-long"]
+    assert check_bounds(data.replace(b'"x"', b',"x",'), SETTINGS) == []
+
+
 def test_an_overlong_number_is_refused(zoo_json: dict[str, bytes]) -> None:
     data = zoo_json["conv"].replace(b'"as_int": 1}', b'"as_int": 1' + b"0" * 4400 + b"}", 1)
     report, doc = validate_bytes(data, "schema", SETTINGS)
