@@ -18,9 +18,9 @@ from torch._export.serde import serialize as torch_serde
 from torch.export import ExportedProgram
 
 import schema
-from app.archive.raw import RawTensor
 from app.bridge.exported import deserialize
 from app.bridge.report import TorchCheck
+from app.bridge.tensors import Stored
 from app.failure import Failure
 from app.programs.opcheck import (
     LIST_ARMS,
@@ -78,14 +78,14 @@ class Built:
 
 
 def torch_check(
-    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor] | Iterable[RawTensor]
+    doc: schema.ExportedProgram, tensors: Mapping[str, Stored] | Iterable[Stored]
 ) -> TorchCheck:
     """Check every node's target and arguments against the installed torch, then build it."""
     return check_and_build(doc, tensors).check
 
 
 def check_and_build(
-    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor] | Iterable[RawTensor]
+    doc: schema.ExportedProgram, tensors: Mapping[str, Stored] | Iterable[Stored]
 ) -> Built:
     """`torch_check`, keeping the program torch built: the one torch path of validation and
     deserialization, so that a program one accepts the other rebuilds.
@@ -125,9 +125,7 @@ def check_and_build(
     return Built(TorchCheck([*issues, *check.issues], [], check.unchecked), failure=built.failure)
 
 
-def _build(
-    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor] | Iterable[RawTensor]
-) -> Built:
+def _build(doc: schema.ExportedProgram, tensors: Mapping[str, Stored] | Iterable[Stored]) -> Built:
     # ExportedProgram's constructor runs validate() (every verifier) as its last step.
     try:
         program = deserialize(doc, tensors)

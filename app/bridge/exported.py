@@ -5,6 +5,7 @@ Imports torch at module level: `app.bridge` reaches this module only on first us
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Iterable, Mapping
@@ -20,12 +21,12 @@ from torch.export import ExportedProgram
 
 import schema
 from app import files
-from app.archive.raw import RawTensor, TensorKind
+from app.archive.raw import RawTensor, StreamedTensor, TensorKind
 from app.archive.tensors import dtype_name
 from app.archive.writer import write_archive
 from app.bridge.errors import BridgeFailure, is_allocation_failure, torch_message
 from app.bridge.standins import stand_ins
-from app.bridge.tensors import View, by_name, checked_views, shape_of
+from app.bridge.tensors import MappedTensor, Stored, View, by_name, checked_views, shape_of
 from app.bridge.torch_schema import to_torch
 from app.programs.screen import refuse_if_unsafe, screen
 from app.settings import Limits
@@ -98,7 +99,7 @@ def serialize(ep: ExportedProgram) -> SerializedProgram:
 
 def deserialize(
     doc: schema.ExportedProgram,
-    tensors: Mapping[str, RawTensor] | Iterable[RawTensor],
+    tensors: Mapping[str, Stored] | Iterable[Stored],
     *,
     route: Route = "fast",
 ) -> ExportedProgram:
@@ -164,9 +165,13 @@ def write_pt2(
 
 
 def write_built(
-    doc: schema.ExportedProgram, tensors: Mapping[str, RawTensor], target: Path | IO[bytes]
+    doc: schema.ExportedProgram,
+    tensors: Mapping[str, RawTensor | StreamedTensor],
+    target: Path | IO[bytes],
 ) -> None:
-    """Write the .pt2 of a program torch has built from `doc` and `tensors` (see `write_pt2`)."""
+    """Write the .pt2 of the program torch builds from `doc` and `tensors` (see `write_pt2`):
+    it depends on nothing torch makes, so it may be written while torch builds, and kept only
+    once it has (streamed tensors are checked against their source's CRC as they pass)."""
     write_archive(target, {"model": saved_document(doc)}, _saved_tensors(doc, tensors))
 
 
@@ -229,7 +234,9 @@ def _defined(arguments: Any) -> list[str]:
     return names
 
 
-def _saved_tensors(doc: schema.ExportedProgram, named: Mapping[str, RawTensor]) -> list[RawTensor]:
+def _saved_tensors(
+    doc: schema.ExportedProgram, named: Mapping[str, RawTensor | StreamedTensor]
+) -> list[RawTensor | StreamedTensor]:
     """The tensors where torch.export.save puts them: parameters and persistent buffers with the
     weights (the state dict), non-persistent buffers and lifted constants with the constants."""
     kinds: dict[str, TensorKind] = {
@@ -240,7 +247,7 @@ def _saved_tensors(doc: schema.ExportedProgram, named: Mapping[str, RawTensor]) 
         else "constant"
         for slot in signature_slots(doc)
     }
-    return [RawTensor(name, kinds[name], t.meta, t.data) for name, t in named.items()]
+    return [dataclasses.replace(t, kind=kinds[name]) for name, t in named.items()]
 
 
 def signature_slots(doc: schema.ExportedProgram) -> list[Slot]:
@@ -277,7 +284,7 @@ def signature_slots(doc: schema.ExportedProgram) -> list[Slot]:
 
 def check_weights(
     doc: schema.ExportedProgram,
-    tensors: Mapping[str, RawTensor],
+    tensors: Mapping[str, Stored],
     slots: list[Slot] | None = None,
 ) -> None:
     """BridgeFailure `weights-mismatch` lists every missing, extra or mismatched tensor."""
@@ -292,7 +299,7 @@ def check_weights(
 
 def weight_issues(
     doc: schema.ExportedProgram,
-    tensors: Mapping[str, RawTensor],
+    tensors: Mapping[str, Stored],
     slots: list[Slot] | None = None,
 ) -> list[Issue]:
     """Missing, unexpected and dtype/shape-mismatched tensors, in signature order then extras."""
@@ -432,9 +439,12 @@ def _raw_tensor(name: str, kind: TensorKind, tensor: torch.Tensor) -> RawTensor:
     return RawTensor(name, kind, tensor_meta(tensor), storage_bytes(tensor))
 
 
-def _tensor(raw: RawTensor, view: View, *, parameter: bool) -> torch.Tensor:
+def _tensor(raw: Stored, view: View, *, parameter: bool) -> torch.Tensor:
     dtype = torch_serde._SERIALIZE_TO_TORCH_DTYPE[torch_schema.ScalarType(raw.meta.dtype.value)]
-    if raw.data:
+    if isinstance(raw, MappedTensor) and raw.data:
+        # a private mapping is writable (buffers are mutated in place) and never copied here
+        base = torch.frombuffer(raw.data, dtype=dtype)
+    elif raw.data:
         # A writable copy: buffers are mutated in place, and frombuffer warns on read-only bytes.
         base = torch.frombuffer(bytearray(raw.data), dtype=dtype)
     else:

@@ -9,12 +9,17 @@ the same build by torch's deserializer, so a program one accepts the other rebui
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import schema
 from app.bridge.errors import BridgeFailure
-from app.bridge.sources import TensorSource
+from app.bridge.sources import Opened, TensorSource
+
+if TYPE_CHECKING:
+    from app.bridge.checks import Built
 
 
 def job_ping() -> int:
@@ -39,20 +44,64 @@ def _torch_job(
     doc_json: bytes | Path, tensors: TensorSource, target: Path | None
 ) -> dict[str, Any]:
     from app.bridge.checks import check_and_build
-    from app.bridge.exported import write_built
 
     doc = _document(doc_json)
-    named = tensors.read()
-    built = check_and_build(doc, named)
-    if target is None:
-        return built.check.to_dict()
-    if built.program is None:
+    try:
+        with tensors.opened() as opened:
+            # the output (or the CRC check) needs nothing torch makes: done while torch builds
+            side = _Side(_writer(doc, opened, target) if target is not None else opened.verify)
+            try:
+                built = check_and_build(doc, opened.tensors)
+            finally:
+                side.join()
+        side.result()
+        return _verdict(built, target)
+    except BaseException:
+        if target is not None:
+            target.unlink(missing_ok=True)  # written while torch built: never half a result
+        raise
+
+
+def _verdict(built: Built, target: Path | None) -> dict[str, Any]:
+    """The check's data; for a build asked for, its refusal when torch could not build it."""
+    if target is not None and built.program is None:
         failure = built.failure
         if failure is not None and failure.code != "torch-deserialize-failed":
             raise failure  # our own refusal of the input (weights, screen), with its code
         raise _refusal(built.check.issues)
-    write_built(doc, named, target)
     return built.check.to_dict()
+
+
+def _writer(doc: schema.ExportedProgram, opened: Opened, target: Path) -> Callable[[], None]:
+    from app.bridge.exported import write_built
+
+    streamed = opened.streamed()
+    return lambda: write_built(doc, streamed, target)
+
+
+class _Side:
+    """Work on a helper thread beside torch's build (I/O and CRCs, which release the GIL)."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="pt2serde-torch-side")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:
+            self._error = exc
+
+    def join(self) -> None:
+        """Wait for the work to end."""
+        self._thread.join()
+
+    def result(self) -> None:
+        """Raise what the work raised, if anything."""
+        if self._error is not None:
+            raise self._error
 
 
 def _refusal(issues: list[schema.Issue]) -> BridgeFailure:

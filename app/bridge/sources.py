@@ -3,17 +3,28 @@
 The service process never holds a program's tensors: it hands a worker the path of the upload
 (a .pt2, or a safetensors part) and the names to take, and the worker reads them itself with
 our own readers, under the same limits. Nothing here imports torch.
+
+A worker maps an archive's stored tensors rather than reading them (`TensorSource.opened`):
+torch builds on the mapped bytes without a copy, while a helper thread reads every member once
+to check its CRC, or copies it into the output as the writer checks it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import mmap
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.archive import Archive, RawTensor, open_archive
+from app.archive.pt2 import TensorEntry
+from app.archive.raw import Streamed, StreamedTensor
+from app.archive.zipdir import STORED
 from app.bridge.safetensors_io import from_safetensors, safetensors_names
+from app.bridge.tensors import MappedTensor, Stored
 from app.settings import Limits
+from schema.dtypes import ITEMSIZE
 
 
 @dataclass(frozen=True)
@@ -54,15 +65,88 @@ class TensorSource:
         with open_archive(self.archive, self.limits) as archive:
             return _read(archive, self.names)
 
+    @contextmanager
+    def opened(self) -> Iterator[Opened]:
+        """The tensors for torch to build on, mapped from an archive file where they can be."""
+        if not isinstance(self.archive, Path):
+            yield Opened(dict(self.read()))
+            return
+        with open_archive(self.archive, self.limits) as archive:
+            yield Opened(_mapped(archive, self.archive, self.names), archive, self.names)
+
+
+@dataclass
+class Opened:
+    """A source's tensors by the names the document uses, and the archive they are mapped
+    from (None when they were read whole, their CRCs checked already)."""
+
+    tensors: dict[str, Stored]
+    archive: Archive | None = None
+    #: name in the archive -> name the document uses
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def verify(self) -> None:
+        """Read each mapped member once, checking its size and CRC (archive-crc-mismatch)."""
+        if self.archive is None:
+            return
+        mapped = {n for n, t in self.tensors.items() if isinstance(t, MappedTensor)}
+        members = {e.member for n, e in _entries(self.archive, self.names) if n in mapped}
+        for member in members:
+            for _ in self.archive.reader.iter_member(member):
+                pass
+
+    def streamed(self) -> dict[str, RawTensor | StreamedTensor]:
+        """The tensors as the writer copies them: those of an archive streamed from it (each
+        member checked against its CRC as it passes), the others as read."""
+        if self.archive is None:
+            return {n: t for n, t in self.tensors.items() if isinstance(t, RawTensor)}
+        streams: dict[str, Streamed] = {}
+        out: dict[str, RawTensor | StreamedTensor] = {}
+        for name, entry in _entries(self.archive, self.names):
+            assert entry.meta is not None
+            if entry.member not in streams:
+                streams[entry.member] = self.archive.streamed(entry.member)
+            out[name] = StreamedTensor(name, entry.kind, entry.meta, streams[entry.member])
+        return out
+
+
+def _entries(archive: Archive, names: Mapping[str, str]) -> Iterator[tuple[str, TensorEntry]]:
+    """The raw tensors of the archive to take, with the names the document uses; any other name
+    is left for the weights check to report missing."""
+    for stored, name in names.items():
+        entry = archive.tensors.get(stored)
+        if entry is not None and not entry.use_pickle and entry.meta is not None:
+            yield name, entry
+
 
 def _read(archive: Archive, names: Mapping[str, str]) -> dict[str, RawTensor]:
     storages: dict[str, bytes] = {}
     tensors: dict[str, RawTensor] = {}
-    for stored, name in names.items():
-        entry = archive.tensors.get(stored)
-        if entry is None or entry.use_pickle or entry.meta is None:
-            continue  # not a raw tensor of this archive: the weights check reports it missing
+    for name, entry in _entries(archive, names):
+        assert entry.meta is not None
         if entry.member not in storages:
             storages[entry.member] = archive.reader.read_member(entry.member, entry.size)
         tensors[name] = RawTensor(name, entry.kind, entry.meta, storages[entry.member])
+    return tensors
+
+
+def _mapped(archive: Archive, path: Path, names: Mapping[str, str]) -> dict[str, Stored]:
+    """Stored members aligned for their dtype as views of a private (copy-on-write) mapping of
+    the file; any other (deflated, misaligned) read whole. CRCs are `Opened.verify`'s."""
+    with path.open("rb") as file:
+        view = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY))
+    views: dict[str, memoryview] = {}
+    tensors: dict[str, Stored] = {}
+    for name, entry in _entries(archive, names):
+        assert entry.meta is not None
+        member = archive.reader.member(entry.member)
+        end = member.data_offset + member.size
+        aligned = member.data_offset % ITEMSIZE.get(entry.meta.dtype, 1) == 0
+        if member.method != STORED or not aligned or end > len(view):
+            data = archive.reader.read_member(entry.member, entry.size)
+            tensors[name] = RawTensor(name, entry.kind, entry.meta, data)
+            continue
+        if entry.member not in views:
+            views[entry.member] = view[member.data_offset : end]
+        tensors[name] = MappedTensor(name, entry.kind, entry.meta, views[entry.member])
     return tensors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import get_args
+from typing import TypeVar, get_args
 
 import numpy as np
 
@@ -16,6 +16,22 @@ from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
 
 KINDS: frozenset[str] = frozenset(get_args(TensorKind))
+
+
+@dataclass(frozen=True)
+class MappedTensor:
+    """A tensor whose storage is a writable view of a privately mapped archive: torch builds on
+    it without a copy, and writes to it never reach the file."""
+
+    name: str
+    kind: TensorKind
+    meta: TensorMeta
+    data: memoryview
+
+
+#: A tensor as torch is handed it: storage bytes read into memory, or mapped from the archive.
+Stored = RawTensor | MappedTensor
+_T = TypeVar("_T", bound=Stored)
 
 
 @dataclass(frozen=True)
@@ -126,7 +142,7 @@ def storage_issues(name: str, meta: TensorMeta, size: int) -> tuple[View | None,
     return view, []
 
 
-def checked_views(tensors: Iterable[RawTensor]) -> dict[str, View]:
+def checked_views(tensors: Iterable[Stored]) -> dict[str, View]:
     """Every tensor's view; BridgeFailure `tensor-data-invalid` lists each tensor that has none."""
     return checked_sizes((t.name, t.meta, len(t.data)) for t in tensors)
 
@@ -185,7 +201,7 @@ def contiguous_meta(meta: TensorMeta, sizes: Sequence[int]) -> TensorMeta:
     )
 
 
-def by_name(tensors: Mapping[str, RawTensor] | Iterable[RawTensor]) -> dict[str, RawTensor]:
+def by_name(tensors: Mapping[str, _T] | Iterable[_T]) -> dict[str, _T]:
     """Tensors keyed by their name, from a mapping or any iterable of raw tensors."""
     if isinstance(tensors, Mapping):
         return dict(tensors)

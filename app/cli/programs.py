@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -32,24 +33,23 @@ if TYPE_CHECKING:
     from app.cli.common import Subcommands
 
 
-def _pool(settings: Settings) -> Any:
-    from app.workers.torch import TorchPool
+class _EarlyPool:
+    """One torch worker, started as the command starts: it imports torch while this process
+    reads and checks the input, and is sent nothing (so loads nothing) unless the check passes.
 
-    return TorchPool(settings.model_copy(update={"workers": 1}))
-
-
-class _LazyPool:
-    """One torch worker, started by the first job: a request refused before it starts none."""
+    Forked from this process while it has not imported torch (cheap, and the app's modules come
+    along already imported); from the forkserver otherwise (a process that holds torch's
+    threads must not fork them)."""
 
     def __init__(self, settings: Settings, stack: ExitStack) -> None:
-        self.settings = settings
-        self.stack = stack
-        self.pool: Any = None
+        from app.workers.torch import TorchPool
+
+        method = "forkserver" if "torch" in sys.modules else "fork"
+        one = settings.model_copy(update={"workers": 1})
+        self.pool = stack.enter_context(TorchPool(one, start_method=method))
 
     def submit(self, job: str, *args: object) -> object:
-        """Run a torch job in the worker, starting it first if need be."""
-        if self.pool is None:
-            self.pool = self.stack.enter_context(_pool(self.settings))
+        """Run a torch job in the worker (waiting for it to be ready)."""
         return self.pool.submit(job, *args)
 
 
@@ -83,9 +83,9 @@ def _deserialize(args: argparse.Namespace) -> int:
     weights = Path(args.weights) if args.weights else None
     output = Path(args.output)
     # the worker writes a file beside the output, renamed over it only once it is whole
-    with files.atomic_path(output) as partial:
-        with source(args, settings) as opened, ExitStack() as stack:
-            pool = _LazyPool(settings, stack)
+    with files.atomic_path(output) as partial, ExitStack() as stack:
+        pool = _EarlyPool(settings, stack)
+        with source(args, settings) as opened:
             tensors = ops.weights_from(weights, opened, args.model)
             step(args, f"building the program with torch ({len(tensors)} tensors)")
             ops.deserialize_to(opened, tensors, settings, pool, partial, args.model)
@@ -116,15 +116,12 @@ def _validate(args: argparse.Namespace) -> int:
     if args.weights and args.level != "torch":
         return usage_error("--weights is checked at --level torch only")
     settings = Settings.from_env()
-    with source(args, settings) as opened:
-        step(args, f"validating at level {args.level}")
-        if args.level == "torch":
+    with ExitStack() as stack:
+        pool = _EarlyPool(settings, stack) if args.level == "torch" else None
+        with source(args, settings) as opened:
+            step(args, f"validating at level {args.level}")
             weights = Path(args.weights) if args.weights else None
-            with ExitStack() as stack:
-                pool = _LazyPool(settings, stack)
-                report = ops.validate(opened, args.level, settings, pool, args.model, weights)
-        else:
-            report = ops.validate(opened, args.level, settings, None, args.model)
+            report = ops.validate(opened, args.level, settings, pool, args.model, weights)
     lines = [
         f"{'valid' if report.valid else 'INVALID'} at level {report.level}; "
         f"schema >= {report.min_schema_version or '?'}, "
