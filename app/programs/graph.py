@@ -112,8 +112,11 @@ def nested(arg: Any, path: str = "") -> Iterator[tuple[Any, str]]:
 def nested_leaves(arg: Any) -> list[Leaf]:
     """The argument's leaves, including those of the arguments an ``as_string_to_argument``
     holds (their pointers run through the map's keys)."""
+    get = _LEAVES.get(type(arg))
+    if get is not None:
+        return get(arg)
     if type(arg) is not schema.ArgumentAsStringToArgument:
-        return leaves(arg)
+        return _NO_LEAVES
     return [Leaf(n, k, where + at) for sub, where in nested(arg) for n, k, at in leaves(sub)]
 
 
@@ -143,6 +146,10 @@ class GraphSite(NamedTuple):
     owner: schema.Node | None
 
 
+#: The argument arms that are or may hold a graph.
+_GRAPH_CARRIERS = frozenset({schema.ArgumentAsGraph, schema.ArgumentAsStringToArgument})
+
+
 def subgraphs(arg: Any, path: str) -> Iterator[tuple[schema.GraphArgument, str]]:
     """The graphs an argument carries (HOP branches and bodies), with their pointers."""
     for sub, where in nested(arg, path):
@@ -159,6 +166,8 @@ def walk_graphs(graph: schema.Graph, path: str = TOP_GRAPH) -> Iterator[GraphSit
         found: list[GraphSite] = []
         for i, node in enumerate(site.graph.nodes):
             for j, named in enumerate(node.inputs):
+                if type(named.arg) not in _GRAPH_CARRIERS:
+                    continue
                 where = f"{site.pointer}/nodes/{i}/inputs/{j}/arg"
                 for sub, at in subgraphs(named.arg, where):
                     dotted = f"{site.dotted}.{sub.name}" if site.dotted else sub.name
@@ -215,13 +224,9 @@ def scope(
     `inputs` are (position, argument) pairs when the inputs are to be taken in another order.
     """
     ins = list(enumerate(graph.inputs) if inputs is None else inputs)
-    first: set[str] = set()
-    for _, arg in ins:
-        first.update(leaf.name for leaf in walk(arg) if leaf.name is not None)
-    for node in graph.nodes:
-        for out in node.outputs:
-            first.update(leaf.name for leaf in walk(out) if leaf.name is not None)
     defined: set[str] = set()
+    # every name the graph defines, worked out only when a use precedes its definition
+    anywhere: set[str] | None = None
 
     def define(args: Iterable[tuple[int, Any]], node: int | None) -> Iterator[Ref]:
         for slot, arg in args:
@@ -231,13 +236,17 @@ def scope(
                     defined.add(name)
                     yield Ref(name, kind, True, node, slot, at, "redefined" if known else "ok")
 
+    def unknown(name: str) -> Status:
+        nonlocal anywhere
+        if anywhere is None:
+            anywhere = _definitions(graph, ins, walk)
+        return "later" if name in anywhere else "undefined"
+
     def use(args: Iterable[tuple[int, Any]], node: int | None) -> Iterator[Ref]:
         for slot, arg in args:
             for name, kind, at in walk(arg):
                 if name is not None:
-                    status: Status = (
-                        "ok" if name in defined else "later" if name in first else "undefined"
-                    )
+                    status: Status = "ok" if name in defined else unknown(name)
                     yield Ref(name, kind, False, node, slot, at, status)
 
     yield from define(ins, None)
@@ -247,16 +256,29 @@ def scope(
     yield from use(enumerate(graph.outputs), None)
 
 
+def _definitions(
+    graph: schema.Graph, inputs: list[tuple[int, Any]], walk: Callable[[Any], list[Leaf]]
+) -> set[str]:
+    """Every name the graph's inputs and its nodes' outputs define."""
+    names = {leaf.name for _, arg in inputs for leaf in walk(arg) if leaf.name is not None}
+    for node in graph.nodes:
+        for out in node.outputs:
+            names.update(leaf.name for leaf in walk(out) if leaf.name is not None)
+    return names
+
+
 def sym_exprs(graph: schema.Graph, path: str) -> Iterator[tuple[str, str]]:
     """Every SymExpr string a graph's value metadata holds, with a pointer to `expr_str`."""
     for name, meta in graph.tensor_values.items():
-        where = path + pointer(["tensor_values", name])
+        # most metas hold integers only: the pointer is made for the few that hold an expression
         for field, values in (("sizes", meta.sizes), ("strides", meta.strides)):
             for i, value in enumerate(values):
-                if isinstance(value, schema.SymIntAsExpr):
-                    yield value.as_expr.expr_str, f"{where}/{field}/{i}/as_expr/expr_str"
-        if isinstance(meta.storage_offset, schema.SymIntAsExpr):
-            yield meta.storage_offset.as_expr.expr_str, f"{where}/storage_offset/as_expr/expr_str"
+                if type(value) is schema.SymIntAsExpr:
+                    where = path + pointer(["tensor_values", name, field, i, "as_expr"])
+                    yield value.as_expr.expr_str, f"{where}/expr_str"
+        if type(meta.storage_offset) is schema.SymIntAsExpr:
+            where = path + pointer(["tensor_values", name, "storage_offset", "as_expr"])
+            yield meta.storage_offset.as_expr.expr_str, f"{where}/expr_str"
     tables: tuple[tuple[str, Mapping[str, Any]], ...] = (
         ("sym_int_values", graph.sym_int_values),
         ("sym_bool_values", graph.sym_bool_values),

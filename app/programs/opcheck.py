@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import schema
 from app.programs import opset
@@ -93,39 +95,76 @@ def check_operators(graphs: Sequence[GraphSite], found: FindingList) -> None:
                 continue
             namespace, name, overload = parts[2:]
             if opset.is_builtin_namespace(namespace):
-                _call(node, namespace, name, overload, f"{path}/nodes/{i}", found)
+                _call(node, namespace, name, overload, path, i, found)
+
+
+class _Place(NamedTuple):
+    """An argument of a schema as a call is checked against it."""
+
+    position: int
+    argument: opset.OpArgument
+    #: the wire arms that fit its type, or None when unchecked
+    accepted: frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What the calls of one overload are checked against, worked out once per overload."""
+
+    op: opset.OpSchema
+    places: dict[str, _Place]
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(namespace: str, name: str, overload: str) -> _Signature | None:
+    op = opset.lookup(namespace, name, overload)
+    if op is None or op.unreachable:
+        return None
+    places = {
+        a.name: _Place(k, a, accepted_arms(a.type, numbers_as_tensors=op.numbers_as_tensors))
+        for k, a in enumerate(op.arguments)
+    }
+    return _Signature(op, places)
 
 
 def _call(
-    node: schema.Node, namespace: str, name: str, overload: str, at: str, found: FindingList
+    node: schema.Node,
+    namespace: str,
+    name: str,
+    overload: str,
+    path: str,
+    i: int,
+    found: FindingList,
 ) -> None:
-    op = opset.lookup(namespace, name, overload)
-    if op is None or op.unreachable:
+    at = f"{path}/nodes/{i}"
+    signature = _signature(namespace, name, overload)
+    if signature is None:
         found.add("operator-unknown", "error", f"{at}/target", _unknown(namespace, name, overload))
         return
+    op, places = signature.op, signature.places
     if op.vararg:
         return
-    by_name = {a.name: a for a in op.arguments}
-    index = {a.name: k for k, a in enumerate(op.arguments)}
     given: set[str] = set()
     positional: list[int] = []
     for j, named in enumerate(node.inputs):
-        where = f"{at}/inputs/{j}"
-        if named.name not in by_name:
+        place = places.get(named.name)
+        if place is None:
             found.add(
                 "argument-unknown",
                 "error",
-                f"{where}/name",
+                f"{at}/inputs/{j}/name",
                 f"{node.target} has no argument {named.name!r} "
-                f"(it has {', '.join(by_name) or 'none'})",
+                f"(it has {', '.join(places) or 'none'})",
             )
         elif named.name in given:
-            found.add("argument-repeated", "error", f"{where}/name", f"{named.name!r} given twice")
+            found.add(
+                "argument-repeated", "error", f"{at}/inputs/{j}/name", f"{named.name!r} given twice"
+            )
         else:
             given.add(named.name)
             if named.kind == schema.ArgumentKind.POSITIONAL:
-                positional.append(index[named.name])
-            _argument(node, named, by_name[named.name], op, where, found)
+                positional.append(place.position)
+            _argument(node, named, place, at, j, found)
     if sorted(positional) != list(range(len(positional))):
         # torch passes positional arguments in the order given: a gap shifts the ones after it
         found.add(
@@ -147,25 +186,27 @@ def _call(
 def _argument(
     node: schema.Node,
     named: schema.NamedArgument,
-    argument: opset.OpArgument,
-    op: opset.OpSchema,
-    where: str,
+    place: _Place,
+    at: str,
+    j: int,
     found: FindingList,
 ) -> None:
-    """One named argument against its place in the schema: keyword-only, and the wire arm."""
-    if named.kind == schema.ArgumentKind.POSITIONAL and argument.kwarg_only:
+    """Input `j` of the node at `at` against its place in the schema: keyword-only, and the
+    wire arm."""
+    argument = place.argument
+    positional = named.kind == schema.ArgumentKind.POSITIONAL
+    if positional and argument.kwarg_only:
         found.add(
             "argument-position",
             "error",
-            f"{where}/kind",
+            f"{at}/inputs/{j}/kind",
             f"{named.name!r} of {node.target} is keyword-only, given by position",
         )
-    accepted = accepted_arms(argument.type, numbers_as_tensors=op.numbers_as_tensors)
-    if accepted is not None and named.arg.kind not in accepted:
+    if place.accepted is not None and named.arg.kind not in place.accepted:
         found.add(
             "argument-kind",
             "error",
-            f"{where}/arg",
+            f"{at}/inputs/{j}/arg",
             f"{named.name!r} of {node.target} is {argument.type}, given as {named.arg.kind}",
         )
 

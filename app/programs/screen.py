@@ -8,6 +8,7 @@ payloads and custom objects. Everything outside what torch itself writes is refu
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -75,10 +76,12 @@ def screen(
         for text, at in sym_exprs(graph, path):
             _expression(text, at, found)
         for i, node in enumerate(graph.nodes):
-            _target(node.target, f"{path}/nodes/{i}/target", found, custom)
+            if _verdict(node.target) is not None:
+                _target(node.target, f"{path}/nodes/{i}/target", found, custom)
             for j, named in enumerate(node.inputs):
-                for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
-                    _target(op, at, found, custom)
+                if type(named.arg) in _OPERATOR_CARRIERS:
+                    for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
+                        _target(op, at, found, custom)
     for key in doc.range_constraints:
         _expression(key, pointer(["range_constraints", key]), found)
     for i, line in enumerate(doc.guards_code):
@@ -118,7 +121,8 @@ def custom_namespaces(
         for node in graph.nodes:
             targets = [node.target]
             for named in node.inputs:
-                targets.extend(op for op, _ in _operators(named.arg, path))
+                if type(named.arg) in _OPERATOR_CARRIERS:
+                    targets.extend(op for op, _ in _operators(named.arg, path))
             for target in targets:
                 namespace = _custom_namespace(target)
                 if namespace is not None:
@@ -142,6 +146,10 @@ def _expression(text: str, at: str, found: FindingList) -> None:
         found.add("unsafe-expression", "error", at, exc.message)
 
 
+#: The argument arms that are or may hold an operator.
+_OPERATOR_CARRIERS = frozenset({schema.ArgumentAsOperator, schema.ArgumentAsStringToArgument})
+
+
 def _operators(arg: Any, path: str) -> Iterator[tuple[str, str]]:
     """Operators passed as arguments (e.g. to auto_functionalized): torch resolves them too."""
     for sub, where in nested(arg, path):
@@ -149,17 +157,30 @@ def _operators(arg: Any, path: str) -> Iterator[tuple[str, str]]:
             yield sub.as_operator, f"{where}/as_operator"
 
 
-def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
+@functools.lru_cache(maxsize=4096)
+def _verdict(target: str) -> tuple[str, str] | None:
+    """What resolving `target` earns: ("unsafe-target" or "unsafe-operator", why), or
+    ("operator-namespace-to-register", the namespace), or None (most targets)."""
     problem = target_problem(target)
     if problem is not None:
-        found.add("unsafe-target", "error", at, problem)
-        return
+        return "unsafe-target", problem
     parts = target.split(".")
     if len(parts) == 5 and (parts[2], parts[3]) in UNSAFE_OPERATORS:
-        found.add("unsafe-operator", "error", at, f"{target} reads or writes files")
-        return
+        return "unsafe-operator", f"{target} reads or writes files"
     namespace = _custom_namespace(target)
-    if namespace is not None and namespace not in custom:
+    return None if namespace is None else ("operator-namespace-to-register", namespace)
+
+
+def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
+    verdict = _verdict(target)
+    if verdict is None:
+        return
+    code, detail = verdict
+    if code != "operator-namespace-to-register":
+        found.add(code, "error", at, detail)
+        return
+    namespace = detail
+    if namespace not in custom:
         custom.add(namespace)
         found.add(
             "operator-namespace-to-register",
@@ -171,6 +192,7 @@ def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def target_problem(target: str) -> str | None:
     """Why torch resolving `target` could reach something other than an operator or a Python
     function it writes itself, or None.
@@ -211,6 +233,7 @@ def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
+@functools.lru_cache(maxsize=4096)
 def _custom_namespace(target: str) -> str | None:
     """The namespace of an operator overload target outside torch's own, if it is a safe one.
 

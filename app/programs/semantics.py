@@ -114,13 +114,13 @@ class _Semantics:
             if ref.defines:
                 self.define(graph, ref, path)
                 defined.add(ref.name)
-            else:
+            elif ref.status != "ok":
                 self.use(ref, path)
         return defined
 
     def define(self, graph: schema.Graph, ref: Ref, path: str) -> None:
-        at = ref.pointer(path)
         if ref.status == "redefined":
+            at = ref.pointer(path)
             self.error("name-redefined", at, f"{ref.name!r} is already defined in this graph")
             return
         if ref.kind == "custom_obj":
@@ -128,13 +128,15 @@ class _Semantics:
         table = VALUE_MAPS[ref.kind]
         if ref.name not in getattr(graph, table):
             code = "tensor-meta-missing" if ref.kind == "tensor" else "sym-meta-missing"
+            at = ref.pointer(path)
             self.error(code, at, f"{ref.name!r} has no entry in this graph's {table}")
 
     def use(self, ref: Ref, path: str) -> None:
-        at = ref.pointer(path)
         if ref.status == "later":
+            at = ref.pointer(path)
             self.error("name-used-before-definition", at, f"{ref.name!r} is only defined later")
         elif ref.status == "undefined":
+            at = ref.pointer(path)
             self.error("name-undefined", at, f"{ref.name!r} is not defined in this graph")
 
     # ------------------------------------------------------------ signature
