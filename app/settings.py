@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     #: a worker that ran a job and then sat idle this many seconds exits, giving back what the
     #: job made it hold (about 1 GB after a large program); the next job starts one (0: never).
     worker_idle_s: float = 300.0
+    #: a torch worker holding more than this many MiB after a job exits (0: never); the next
+    #: job that needs its slot starts a fresh one (forked warm, torch already imported).
+    worker_recycle_rss_mb: int = 1024
     #: document worker processes: torch-free, they parse, check, canonicalize, diff and inspect
     #: uploads over document_inline_bytes (each runs one job at a time).
     document_workers: int = 2
@@ -77,6 +80,11 @@ class Settings(BaseSettings):
     document_job_timeout_per_mb_s: float = 4.0
     document_worker_max_jobs: int = 200
     document_worker_idle_s: float = 300.0
+    #: a document worker holding more than this many MiB after a job is replaced at once.
+    document_worker_recycle_rss_mb: int = 512
+    #: start the document workers with each HTTP process rather than with its first upload
+    #: over document_inline_bytes, which would otherwise wait for their imports (1-2 s).
+    document_workers_at_start: bool = True
     #: estimated memory (MiB) of the document work one HTTP process admits at once; past it a
     #: request waits (see app/workers/admission.py for the estimate).
     admission_budget_mb: int = 3072

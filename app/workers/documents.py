@@ -13,6 +13,7 @@ imports the parent's main module again, as multiprocessing does (`pt2serde serve
 from __future__ import annotations
 
 import zipfile
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from pydantic import BaseModel
 import schema
 from app import operations as ops
 from app.bridge.sources import TensorSource
+from app.failure import Failure
 from app.programs.diff import ProgramDiff
 from app.programs.digest import Digests
 from app.programs.findings import Level, Report
@@ -50,6 +52,9 @@ def document_spec(settings: Settings) -> PoolSpec:
         job_timeout_per_mb_s=settings.document_job_timeout_per_mb_s,
         max_jobs=settings.document_worker_max_jobs,
         idle_s=settings.document_worker_idle_s,
+        recycle_rss_mb=settings.document_worker_recycle_rss_mb,
+        # a spawned worker imports for a second or more: not while a request waits
+        refill_at_once=True,
         setting_prefix="document_",
     )
 
@@ -68,6 +73,14 @@ class DocumentRunner(LazyPool):
     def __init__(self, settings: Settings) -> None:
         super().__init__(document_spec(settings))
         self.inline_bytes = settings.document_inline_bytes
+        self.at_start = settings.document_workers_at_start
+
+    def start(self) -> None:
+        """Start the workers now if the settings say so (document_workers_at_start): they import
+        while the process waits for work, not while its first large upload waits for them."""
+        if self.at_start:
+            with suppress(Failure):  # the first job that needs a worker tries again, and says why
+                self.get()
 
     def run(self, size: int, job: Any, *args: Any) -> Any:
         """`job(*args)` for documents of `size` bytes in all, here or in a worker (whose time

@@ -4,10 +4,12 @@ One design for every kind of job (torch's, and the torch-free document jobs): a 
 can crash, hang or bloat the process that reads it, so the service runs that work here. Each pool
 has its own `PoolSpec`: how many workers, what they import, how they are started, their
 address-space limit, their job time limits, and when they are recycled. Workers are replaced on
-timeout or death, recycled after a number of jobs, and exit once they have sat idle after a job
-(their slot is refilled when a job needs it). Only our own values cross the process boundary
-(multiprocessing pickles them); uploads reach a worker as the paths of their files, which it
-reads itself, so the service process never holds a program.
+timeout or death, recycled after a number of jobs or after a job that left them holding more
+than a resident-set limit (memory a process freed is mostly kept by its allocator, so a worker
+that once read a large program would keep its peak for life), and exit once they have sat idle
+after a job (their slot is refilled when a job needs it). Only our own values cross the process
+boundary (multiprocessing pickles them); uploads reach a worker as the paths of their files, which
+it reads itself, so the service process never holds a program.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ class PoolSpec:
     max_jobs: int
     #: a worker idle this long after a job exits (0: never)
     idle_s: float
+    #: a worker whose resident set is over this many MiB after a job is replaced (0: never):
+    #: what a large job made it hold is not given back to the system while it lives
+    recycle_rss_mb: int = 0
+    #: start the replacement of a worker recycled for its size at once (a spawned worker takes
+    #: a second or more to import), or only when a job needs it (a forked one starts fast, and
+    #: an idle one holds memory)
+    refill_at_once: bool = True
     #: the settings' prefix of these knobs, to name them in messages ("" or "document_")
     setting_prefix: str = ""
     #: the class of the failures the pool raises itself
@@ -84,6 +93,15 @@ class PoolSpec:
             jobs_module=self.jobs_module,
             parent_death_signal=self.start_method == "forkserver",
         )
+
+
+class _Fate(enum.Enum):
+    """What becomes of a worker after its job: back to the idle queue, replaced by a fresh one,
+    or stopped with its slot left vacant until a job needs it."""
+
+    KEEP = "keep"
+    REPLACE = "replace"
+    VACATE = "vacate"
 
 
 class _Slot(enum.Enum):
@@ -158,15 +176,14 @@ class WorkerPool:
         timeout = self._timeout(timeout_s if timeout_s is not None else self._scaled(args))
         payload = self._payload(job, args, timeout)
         worker = self._take()
-        healthy = False
+        fate = _Fate.REPLACE
         try:
             self._await_ready(worker)
             reply = self._exchange(worker, payload, timeout)
             worker.jobs += 1
-            max_jobs = self.spec.max_jobs
-            healthy = reply[0] != "oom" and (max_jobs <= 0 or worker.jobs < max_jobs)
+            fate = self._fate(worker, reply)
         finally:
-            self._give_back(worker, healthy)
+            self._give_back(worker, fate)
         return self._outcome(reply)
 
     def worker_pids(self) -> list[int]:
@@ -326,14 +343,28 @@ class WorkerPool:
             "worker-crashed", f"the worker (pid {worker.pid}) {_death(worker)} during the job"
         )
 
-    def _give_back(self, worker: _Worker, healthy: bool) -> None:
-        if healthy and not self._closed:
+    def _fate(self, worker: _Worker, reply: tuple[Any, ...]) -> _Fate:
+        """A worker is replaced after a refused allocation or its last allowed job, and recycled
+        when its job left it holding more than recycle_rss_mb."""
+        max_jobs = self.spec.max_jobs
+        if reply[0] == "oom" or (max_jobs > 0 and worker.jobs >= max_jobs):
+            return _Fate.REPLACE
+        limit = self.spec.recycle_rss_mb
+        if limit > 0 and (resident_bytes(worker.pid) or 0) > limit * MiB:
+            return _Fate.REPLACE if self.spec.refill_at_once else _Fate.VACATE
+        return _Fate.KEEP
+
+    def _give_back(self, worker: _Worker, fate: _Fate) -> None:
+        if fate is _Fate.KEEP and not self._closed:
             worker.idle_since = time.monotonic()
             self._idle.put(worker)
             return
         self._stop(worker, graceful=True)
         if self._closed:
             self._idle.put(_Slot.CLOSED)
+            return
+        if fate is _Fate.VACATE:
+            self._idle.put(_Slot.VACANT)
             return
         try:
             self._idle.put(self._start())
@@ -406,6 +437,15 @@ def _await_reply(worker: _Worker, clock: JobClock, timeout: float | None) -> lis
         ready = multiprocessing.connection.wait(waited_for, left)
         if ready:
             return ready
+
+
+def resident_bytes(pid: int) -> int | None:
+    """The resident set of process `pid` in bytes (None: gone, or no /proc here)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _death(worker: _Worker) -> str:

@@ -33,6 +33,9 @@ def torch_spec(settings: Settings, start_method: str = "forkserver") -> PoolSpec
         job_timeout_per_mb_s=settings.job_timeout_per_mb_s,
         max_jobs=settings.worker_max_jobs,
         idle_s=settings.worker_idle_s,
+        recycle_rss_mb=settings.worker_recycle_rss_mb,
+        # a fork of the warm forkserver starts fast; a spare idle worker holds memory
+        refill_at_once=False,
         failure=BridgeFailure,
     )
 

@@ -46,3 +46,13 @@ def burn(cpu_seconds: float) -> float:
     while time.thread_time() < end:
         pass
     return time.monotonic() - began
+
+
+#: What `hold` keeps alive: the job ends, the memory stays with the worker.
+_HELD: list[bytes] = []
+
+
+def hold(size: int) -> int:
+    """Keep `size` bytes resident in the worker (every page written) after the job; its pid."""
+    _HELD.append(b"\x01" * size)
+    return os.getpid()
