@@ -12,6 +12,7 @@ keep a hostile pickle from costing more than a fraction of a second.
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 import struct
 from collections.abc import Callable
@@ -53,9 +54,6 @@ class Machine:
         self.memo: dict[int, Any] = {}
         self.depths: dict[int, int] = {}
         self.keep: list[Any] = []  # nested tuples, so the ids in `depths` stay theirs
-        self._ops: dict[int, tuple[str, Callable[[], bool]]] = {
-            code: (name, getattr(self, f"_op_{name.lower()}")) for code, name in OPCODES.items()
-        }
 
     # ------------------------------------------------------------------ reading
 
@@ -160,19 +158,13 @@ class Machine:
 
     def run(self) -> Any:
         """Simulate to STOP; the symbolic result, or a refusal."""
-        allowed = self.policy.opcodes
-        ops = {
-            code: run
-            for code, (name, run) in self._ops.items()
-            if allowed is None or name in allowed
-        }
         try:
-            return self._run(ops)
+            return self._run(_dispatch(self.policy.opcodes))
         except RecursionError:
             # a shape we did not bound: refusing is the safe answer
             raise self.refuse("the pickle nests too deeply") from None
 
-    def _run(self, ops: dict[int, Callable[[], bool]]) -> Any:
+    def _run(self, ops: dict[int, Callable[[Machine], bool]]) -> Any:
         data = self.data
         for _ in range(self.limits.max_ops):
             self.at = pos = self.pos
@@ -185,7 +177,7 @@ class Machine:
                     raise self.refuse(f"unknown opcode 0x{data[pos]:02x}")
                 raise self.refuse(self.policy.refused_opcode(name))
             self.pos = pos + 1
-            if run():
+            if run(self):
                 return self.pop()
         raise self.refuse(f"more than {self.limits.max_ops} operations")
 
@@ -597,3 +589,10 @@ class Machine:
             raise self.refuse("extension code is not positive")
         self.push(self.policy.extension(code))
         return False
+
+
+@functools.cache
+def _dispatch(allowed: frozenset[str] | None) -> dict[int, Callable[[Machine], bool]]:
+    """Opcode -> its simulation, for the opcodes a policy runs (None: all); made once per set."""
+    named = {code: name for code, name in OPCODES.items() if allowed is None or name in allowed}
+    return {code: getattr(Machine, f"_op_{name.lower()}") for code, name in named.items()}

@@ -86,14 +86,15 @@ _WEIGHT_RE = re.compile(r"weight_(0|[1-9][0-9]*)")
 _CONSTANT_TENSOR_RE = re.compile(r"tensor_(0|[1-9][0-9]*)")
 _OBJECT_RE = re.compile(r"(custom_obj|opaque_obj)_(0|[1-9][0-9]*)")
 _EXTRA_RE = re.compile(r"extra/.+")
+#: payloads first: they are most of the members
 _FILE_PATTERNS = (
+    re.compile(r"data/weights/weight_(0|[1-9][0-9]*)"),
+    re.compile(r"data/constants/(tensor|custom_obj|opaque_obj)_(0|[1-9][0-9]*)"),
     _DOCUMENT_RE,
     _WEIGHTS_CONFIG_RE,
     _CONSTANTS_CONFIG_RE,
     _SAMPLE_INPUTS_RE,
     _EXTRA_RE,
-    re.compile(r"data/weights/weight_(0|[1-9][0-9]*)"),
-    re.compile(r"data/constants/(tensor|custom_obj|opaque_obj)_(0|[1-9][0-9]*)"),
 )
 _LEGACY_PAYLOAD_RE = re.compile(r"data/(weights|constants)/[^/]+\.pt")
 _LEGACY_TOP_LEVEL = {
@@ -475,7 +476,10 @@ class _Opener:
         for entry in archive.tensors.values():
             if not entry.use_pickle and entry.member not in found:
                 head = self.reader.head(entry.member, 4)
-                if _sniffs_pickled(head, self.reader.tail(entry.member, 1)):
+                # the last byte is read only for what starts as a pickle or a zip does
+                if _sniffs_pickled(head, None) and _sniffs_pickled(
+                    head, self.reader.tail(entry.member, 1)
+                ):
                     found.add(entry.member)
         return sorted(found)
 

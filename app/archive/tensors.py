@@ -17,18 +17,29 @@ def dtype_name(dtype: ScalarType) -> str:
 
 def concrete(meta: TensorMeta, where: str) -> tuple[list[int], list[int], int]:
     """A stored tensor's sizes, strides and storage offset as ints (archive-bad-tensor-meta)."""
-    sizes = [_int(s, f"{where}: size {i}") for i, s in enumerate(meta.sizes)]
-    strides = [_int(s, f"{where}: stride {i}") for i, s in enumerate(meta.strides)]
-    offset = _int(meta.storage_offset, f"{where}: storage offset")
-    if len(sizes) != len(strides):
+    values = [*meta.sizes, *meta.strides, meta.storage_offset]
+    ints = [v.as_int for v in values if type(v) is SymIntAsInt and 0 <= v.as_int <= _INT64_MAX]
+    if len(ints) < len(values):
+        _refuse_first(meta, where)
+    if len(meta.sizes) != len(meta.strides):
         raise ArchiveFailure(
             "archive-bad-tensor-meta",
-            f"{where}: {len(sizes)} sizes but {len(strides)} strides",
+            f"{where}: {len(meta.sizes)} sizes but {len(meta.strides)} strides",
         )
-    return sizes, strides, offset
+    rank = len(meta.sizes)
+    return ints[:rank], ints[rank:-1], ints[-1]
 
 
-def _int(value: SymInt, where: str) -> int:
+def _refuse_first(meta: TensorMeta, where: str) -> None:
+    """Raise for the first size, stride or offset that is not a plain int64."""
+    for i, size in enumerate(meta.sizes):
+        _int(size, f"{where}: size {i}")
+    for i, stride in enumerate(meta.strides):
+        _int(stride, f"{where}: stride {i}")
+    _int(meta.storage_offset, f"{where}: storage offset")
+
+
+def _int(value: SymInt, where: str) -> None:
     if not isinstance(value, SymIntAsInt):
         raise ArchiveFailure(
             "archive-bad-tensor-meta", f"{where} is symbolic; a stored tensor needs integers"
@@ -37,7 +48,6 @@ def _int(value: SymInt, where: str) -> int:
         raise ArchiveFailure("archive-bad-tensor-meta", f"{where} is negative ({value.as_int})")
     if value.as_int > _INT64_MAX:
         raise ArchiveFailure("archive-bad-tensor-meta", f"{where} does not fit in int64")
-    return value.as_int
 
 
 def storage_nbytes(sizes: list[int], strides: list[int], offset: int, itemsize: int) -> int:

@@ -361,44 +361,44 @@ class Directory:
 
     def _local(self, entry: _Entry, cd_offset: int) -> ZipMember:
         """Check an entry's local header (and data descriptor) against its directory entry."""
-        where = f"member {show_name(entry.name)}"
         if entry.header_offset + _LOCAL_STRUCT.size > cd_offset:
-            self._past(entry.header_offset + _LOCAL_STRUCT.size, cd_offset, where)
+            self._past(entry.header_offset + _LOCAL_STRUCT.size, cd_offset, _where(entry))
         header = self._src.read_at(entry.header_offset, _LOCAL_STRUCT.size)
         sig, _, flags, method, _, _, crc, csize, usize, name_len, extra_len = _LOCAL_STRUCT.unpack(
             header
         )
         if sig != _LOCAL:
-            raise ArchiveFailure("archive-header-mismatch", f"{where}: no local header")
+            raise ArchiveFailure("archive-header-mismatch", f"{_where(entry)}: no local header")
         body = entry.header_offset + _LOCAL_STRUCT.size
         if body + name_len + extra_len > cd_offset:
-            self._past(body + name_len + extra_len, cd_offset, where)
+            self._past(body + name_len + extra_len, cd_offset, _where(entry))
         tail = self._src.read_at(body, name_len + extra_len)
         if tail[:name_len] != entry.raw_name:
+            shown = show_name(tail[:name_len].decode("cp437"))
             raise ArchiveFailure(
-                "archive-header-mismatch",
-                f"{where}: the local header names {show_name(tail[:name_len].decode('cp437'))}",
+                "archive-header-mismatch", f"{_where(entry)}: the local header names {shown}"
             )
         if method != entry.method:
             raise ArchiveFailure(
                 "archive-header-mismatch",
-                f"{where}: compression method {method} locally, {entry.method} in the directory",
+                f"{_where(entry)}: compression method {method} locally, {entry.method} in the "
+                "directory",
             )
         if (flags ^ entry.flags) & (_FLAG_ENCRYPTED | _FLAG_DESCRIPTOR):
             raise ArchiveFailure(
-                "archive-header-mismatch", f"{where}: local and directory flags disagree"
+                "archive-header-mismatch", f"{_where(entry)}: local and directory flags disagree"
             )
         zip64 = entry.zip64
         if csize == _U32 or usize == _U32:
-            usize, csize, zip64 = _local_zip64(tail[name_len:], usize, csize, where)
+            usize, csize, zip64 = _local_zip64(tail[name_len:], usize, csize, _where(entry))
         described = bool(flags & _FLAG_DESCRIPTOR)
-        _same_fields(where, described, (crc, csize, usize), entry)
+        _same_fields(described, (crc, csize, usize), entry)
         data_offset = body + name_len + extra_len
         end = data_offset + entry.compressed_size
         if end > cd_offset:
-            self._past(end, cd_offset, where)
+            self._past(end, cd_offset, _where(entry))
         if described:
-            end += self._descriptor(entry, end, cd_offset, zip64, where)
+            end += self._descriptor(entry, end, cd_offset, zip64)
         return ZipMember(
             name=entry.name,
             method=entry.method,
@@ -412,7 +412,7 @@ class Directory:
             mode=entry.mode,
         )
 
-    def _descriptor(self, entry: _Entry, at: int, limit: int, zip64: bool, where: str) -> int:
+    def _descriptor(self, entry: _Entry, at: int, limit: int, zip64: bool) -> int:
         """Length of the data descriptor at `at`, checked against the directory entry.
 
         Its sizes are 8 bytes wide in zip64 archives and 4 otherwise, but writers differ on
@@ -428,6 +428,7 @@ class Directory:
                 length = skip + 4 + 2 * width
                 if length <= len(raw) and struct.unpack_from(fmt, raw, skip) == expected:
                     return length
+        where = _where(entry)
         if len(raw) < 12:
             raise ArchiveFailure("archive-overlap", f"{where}: no room for its data descriptor")
         raise ArchiveFailure(
@@ -451,7 +452,11 @@ class Directory:
                 )
 
 
-def _same_fields(where: str, described: bool, local: tuple[int, int, int], entry: _Entry) -> None:
+def _where(entry: _Entry) -> str:
+    return f"member {show_name(entry.name)}"
+
+
+def _same_fields(described: bool, local: tuple[int, int, int], entry: _Entry) -> None:
     """A local header's CRC-32 and sizes against the directory's."""
     central = (entry.crc, entry.compressed_size, entry.size)
     for label, mine, theirs in zip(
@@ -461,7 +466,7 @@ def _same_fields(where: str, described: bool, local: tuple[int, int, int], entry
         if mine != theirs and not (described and mine == 0):
             raise ArchiveFailure(
                 "archive-header-mismatch",
-                f"{where}: {label} {mine} locally, {theirs} in the directory",
+                f"{_where(entry)}: {label} {mine} locally, {theirs} in the directory",
             )
 
 
@@ -508,6 +513,8 @@ def _zip64_fields(
     name: str, extra: bytes, usize: int, csize: int, offset: int, disk: int
 ) -> tuple[int, int, int, int, bool]:
     """Apply a zip64 extra field to the directory entry's saturated 32-bit fields."""
+    if not extra:
+        return usize, csize, offset, disk, False
     blocks = [body for tag, body in _extras(name, extra) if tag == _ZIP64_EXTRA]
     if len(blocks) > 1:
         raise ArchiveFailure("archive-corrupt", f"member {show_name(name)}: two zip64 extra fields")
