@@ -15,7 +15,7 @@ from typing import Annotated, Any, Generic, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from schema._base import Arm, OneOf, Struct, WireName
+from schema._base import Arm, OneOf, Struct, WireName, write_natively
 from schema.description import field_annotation, union_arms
 from schema.errors import DocumentInvalid, Issue, pointer
 from schema.models import ExportedProgram
@@ -119,10 +119,10 @@ def dump(doc: BaseModel) -> bytes:
     """A document's JSON bytes in torch's wire form (field order, enums as ints, float strings).
 
     orjson writes the models' own `__dict__`s (fields in declaration order, as pydantic's
-    serializer does) at about twice its speed; anything that route cannot write exactly (extra
-    keys, a field left unset, an int past 64 bits, a lone surrogate) makes orjson raise, and
-    pydantic's serializer writes the document instead. Union arms, about half of a document's
-    objects, orjson writes without calling back at all (see `_write_arms_natively`).
+    serializer does): most models without calling back at all (see `_write_natively`), the
+    others through `_fields_of`. Anything that route cannot write exactly (extra keys, a field
+    left unset, an int past 64 bits, a lone surrogate) makes orjson raise, and pydantic's
+    serializer writes the document instead.
     """
     try:
         return orjson.dumps(doc, default=_fields_of)
@@ -131,9 +131,17 @@ def dump(doc: BaseModel) -> bytes:
 
 
 def dump_sorted(doc: BaseModel) -> bytes | None:
-    """`dump` with every object's keys sorted, or None where only pydantic can write `doc`."""
+    """`dump` with every object's keys sorted, or None where only pydantic can write `doc`.
+
+    orjson does not sort the keys of what it writes natively, so here every model goes
+    through `_fields_of`.
+    """
     try:
-        return orjson.dumps(doc, default=_fields_of, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(
+            doc,
+            default=_fields_of,
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
+        )
     except orjson.JSONEncodeError:
         return None
 
@@ -172,21 +180,19 @@ def _layout(cls: type[BaseModel]) -> tuple[int, tuple[str, ...]]:
     return len(cls.model_fields), floats
 
 
-def _write_arms_natively() -> None:
-    """Mark the union arms orjson can write from their `__dict__` without a Python callback.
+def _write_natively() -> None:
+    """Mark the models orjson can write from their `__dict__` without a Python callback.
 
-    orjson writes an instance of a class whose own namespace has `__dataclass_fields__` from its
-    `__dict__` (skipping `_`-prefixed keys, which no wire field has) in Rust; the callback costs
-    about a microsecond per object. An arm cannot carry extras (it forbids them) and its one
-    field is required, so `__dict__` is exactly its wire form, unless the field admits a float:
-    orjson would write NaN and the infinities as null, so those arms keep the callback.
+    Models read or built without extras hold exactly their wire form in `__dict__` (see
+    `schema._base.write_natively`), unless a field admits a float: orjson would write NaN and
+    the infinities as null, so those classes keep the callback.
     """
-    pending: list[type[Arm]] = list(Arm.__subclasses__())
+    pending: list[type[BaseModel]] = [Struct, Arm]
     while pending:
-        arm = pending.pop()
-        pending.extend(arm.__subclasses__())
-        if "__dataclass_fields__" not in vars(arm) and not _layout(arm)[1]:
-            arm.__dataclass_fields__ = {}  # type: ignore[attr-defined]
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls not in (Struct, Arm) and not _layout(cls)[1]:
+            write_natively(cls)
 
 
 def _admits_float(annotation: Any) -> bool:
@@ -340,4 +346,4 @@ def _collect(value: Any, path: list[str | int], found: list[str]) -> None:
                 _collect(item, [*path, key], found)
 
 
-_write_arms_natively()
+_write_natively()
