@@ -103,6 +103,8 @@ class Source:
 
     def __init__(self, source: ZipSource) -> None:
         self._view: memoryview | None = None
+        #: the source itself when it is bytes: slicing it copies once, a view's slice twice
+        self._bytes: bytes | None = source if isinstance(source, bytes) else None
         self._file: BinaryIO | None = None
         self._owned = False
         self._lock = threading.Lock()
@@ -124,6 +126,8 @@ class Source:
                 "archive-truncated",
                 f"the archive ends at byte {self.size}, before {offset + length}",
             )
+        if self._bytes is not None:
+            return self._bytes[offset : offset + length]
         if self._view is not None:
             return bytes(self._view[offset : offset + length])
         assert self._file is not None
@@ -140,6 +144,7 @@ class Source:
             self._file.close()
         self._file = None
         self._view = None
+        self._bytes = None
 
 
 def check_name(name: str) -> None:
@@ -471,6 +476,8 @@ def _same_fields(described: bool, local: tuple[int, int, int], entry: _Entry) ->
 
 
 def _decode_name(raw: bytes, flags: int, index: int) -> str:
+    if raw.isascii():
+        return raw.decode("ascii")  # the same in UTF-8 and cp437, and far cheaper than cp437
     if flags & _FLAG_UTF8:
         try:
             return raw.decode("utf-8")
