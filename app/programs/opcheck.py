@@ -98,6 +98,9 @@ def check_operators(graphs: Sequence[GraphSite], found: FindingList) -> None:
                 _call(node, namespace, name, overload, path, i, found)
 
 
+_POSITIONAL = schema.ArgumentKind.POSITIONAL
+
+
 class _Place(NamedTuple):
     """An argument of a schema as a call is checked against it."""
 
@@ -113,6 +116,8 @@ class _Signature:
 
     op: opset.OpSchema
     places: dict[str, _Place]
+    #: the arguments without a default
+    required: tuple[opset.OpArgument, ...]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -124,7 +129,7 @@ def _signature(namespace: str, name: str, overload: str) -> _Signature | None:
         a.name: _Place(k, a, accepted_arms(a.type, numbers_as_tensors=op.numbers_as_tensors))
         for k, a in enumerate(op.arguments)
     }
-    return _Signature(op, places)
+    return _Signature(op, places, tuple(a for a in op.arguments if a.default is None))
 
 
 def _call(
@@ -136,35 +141,15 @@ def _call(
     i: int,
     found: FindingList,
 ) -> None:
-    at = f"{path}/nodes/{i}"
     signature = _signature(namespace, name, overload)
     if signature is None:
-        found.add("operator-unknown", "error", f"{at}/target", _unknown(namespace, name, overload))
+        message = _unknown(namespace, name, overload)
+        found.add("operator-unknown", "error", f"{path}/nodes/{i}/target", message)
         return
-    op, places = signature.op, signature.places
-    if op.vararg:
+    if signature.op.vararg:
         return
-    given: set[str] = set()
-    positional: list[int] = []
-    for j, named in enumerate(node.inputs):
-        place = places.get(named.name)
-        if place is None:
-            found.add(
-                "argument-unknown",
-                "error",
-                f"{at}/inputs/{j}/name",
-                f"{node.target} has no argument {named.name!r} "
-                f"(it has {', '.join(places) or 'none'})",
-            )
-        elif named.name in given:
-            found.add(
-                "argument-repeated", "error", f"{at}/inputs/{j}/name", f"{named.name!r} given twice"
-            )
-        else:
-            given.add(named.name)
-            if named.kind == schema.ArgumentKind.POSITIONAL:
-                positional.append(place.position)
-            _argument(node, named, place, at, j, found)
+    at = f"{path}/nodes/{i}"
+    given, positional = _inputs(node, signature.places, at, found)
     if sorted(positional) != list(range(len(positional))):
         # torch passes positional arguments in the order given: a gap shifts the ones after it
         found.add(
@@ -173,8 +158,8 @@ def _call(
             f"{at}/inputs",
             f"the positional arguments of {node.target} leave a gap in its schema's order",
         )
-    for argument in op.arguments:
-        if argument.default is None and argument.name not in given:
+    for argument in signature.required:
+        if argument.name not in given:
             found.add(
                 "argument-missing",
                 "error",
@@ -183,32 +168,57 @@ def _call(
             )
 
 
-def _argument(
+def _inputs(
+    node: schema.Node, places: dict[str, _Place], at: str, found: FindingList
+) -> tuple[set[str], list[int]]:
+    """Each input of the node at `at` against its place in the schema (known, given once,
+    keyword-only, the wire arm); the names given, and the places of those given by position."""
+    given: set[str] = set()
+    positional: list[int] = []
+    for j, named in enumerate(node.inputs):
+        place = places.get(named.name)
+        if place is None or named.name in given:
+            _misnamed(node, named, j, places, at, found)
+            continue
+        given.add(named.name)
+        if named.kind == _POSITIONAL:
+            positional.append(place.position)
+            if place.argument.kwarg_only:
+                found.add(
+                    "argument-position",
+                    "error",
+                    f"{at}/inputs/{j}/kind",
+                    f"{named.name!r} of {node.target} is keyword-only, given by position",
+                )
+        if place.accepted is not None and named.arg.kind not in place.accepted:
+            found.add(
+                "argument-kind",
+                "error",
+                f"{at}/inputs/{j}/arg",
+                f"{named.name!r} of {node.target} is {place.argument.type}, "
+                f"given as {named.arg.kind}",
+            )
+    return given, positional
+
+
+def _misnamed(
     node: schema.Node,
     named: schema.NamedArgument,
-    place: _Place,
-    at: str,
     j: int,
+    places: dict[str, _Place],
+    at: str,
     found: FindingList,
 ) -> None:
-    """Input `j` of the node at `at` against its place in the schema: keyword-only, and the
-    wire arm."""
-    argument = place.argument
-    positional = named.kind == schema.ArgumentKind.POSITIONAL
-    if positional and argument.kwarg_only:
-        found.add(
-            "argument-position",
-            "error",
-            f"{at}/inputs/{j}/kind",
-            f"{named.name!r} of {node.target} is keyword-only, given by position",
-        )
-    if place.accepted is not None and named.arg.kind not in place.accepted:
-        found.add(
-            "argument-kind",
-            "error",
-            f"{at}/inputs/{j}/arg",
-            f"{named.name!r} of {node.target} is {argument.type}, given as {named.arg.kind}",
-        )
+    where = f"{at}/inputs/{j}/name"
+    if named.name in places:
+        found.add("argument-repeated", "error", where, f"{named.name!r} given twice")
+        return
+    found.add(
+        "argument-unknown",
+        "error",
+        where,
+        f"{node.target} has no argument {named.name!r} (it has {', '.join(places) or 'none'})",
+    )
 
 
 def _unknown(namespace: str, name: str, overload: str) -> str:
