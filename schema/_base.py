@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, GetCoreSchemaHandler
 from pydantic_core import core_schema
+
+from schema._wire import CONTAINERS, fields_of, keep_exact_made, keep_exact_one, noted, unmark
 
 Version = tuple[int, int]
 
@@ -48,47 +50,6 @@ WireFloat = Annotated[
 ]
 
 
-def write_natively(cls: type[BaseModel]) -> None:
-    """Let orjson write instances of `cls` from their `__dict__`, without a Python callback.
-
-    orjson writes an instance of a class whose own namespace has `__dataclass_fields__` from its
-    `__dict__` (skipping `_`-prefixed keys, which no wire field has) in Rust; the callback costs
-    about a microsecond per object. That is exact while `__dict__` is the wire form: no extras
-    (which live beside it) and every field present. `keep_exact` withdraws the mark from a class
-    as soon as one instance breaks that.
-    """
-    cls.__dataclass_fields__ = {}  # type: ignore[attr-defined]
-
-
-def keep_exact(value: Any) -> None:
-    """Unmark the classes (see `write_natively`) of the models in `value` that carry extras
-    or lack a field, so that `schema.dump` writes them through its checking callback."""
-    if isinstance(value, BaseModel):
-        _keep_exact_one(value)
-        for item in value.__dict__.values():
-            keep_exact(item)
-    elif isinstance(value, list):
-        for item in value:
-            keep_exact(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            keep_exact(item)
-
-
-def _keep_exact_one(model: BaseModel) -> None:
-    cls = type(model)
-    if model.__pydantic_extra__ or len(model.__dict__) != len(cls.__pydantic_fields__):
-        _unmark(cls)
-
-
-def _unmark(cls: type[BaseModel]) -> None:
-    if "__dataclass_fields__" in vars(cls):
-        delattr(cls, "__dataclass_fields__")
-
-
-_CONTAINERS = frozenset((dict, list, tuple))
-
-
 class _Model(BaseModel):
     """Common config: strict types, torch's float strings, keep unknown keys.
 
@@ -107,15 +68,22 @@ class _Model(BaseModel):
 
     __since__: ClassVar[Version] = FIRST_KNOWN
     __until__: ClassVar[Version | None] = None
+    #: What orjson's callback writes for the model (see `schema._wire`).
+    __wire__ = property(fields_of)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a subclass of a natively written class must not inherit the unchecked `__wire__`
+        cls.__wire__ = _Model.__dict__["__wire__"]
 
     def __init__(self, /, **data: Any) -> None:
         # BaseModel.__init__'s one step, without the cost of a second call
         self.__pydantic_validator__.validate_python(data, self_instance=self)
         if self.__pydantic_extra__:
-            _unmark(type(self))
+            unmark(type(self))
         for name, given in data.items():
-            if type(given) in _CONTAINERS:
-                _keep_exact_made(given, self.__dict__.get(name))
+            if type(given) in CONTAINERS:
+                keep_exact_made(given, self.__dict__.get(name))
 
     # Construction from Python only: marked as pydantic's own, so that validation (which makes
     # models without calling __init__) does not call it once per model.
@@ -124,22 +92,22 @@ class _Model(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
         if name not in type(self).__pydantic_fields__:
-            _keep_exact_one(self)
+            keep_exact_one(self)
 
     @classmethod
     def model_validate(cls, obj: Any, **options: Any) -> Self:
         """Pydantic's `model_validate`; extras it keeps are noted (see `keep_exact`)."""
-        return _noted(super().model_validate(obj, **options), options)
+        return noted(super().model_validate(obj, **options), options)
 
     @classmethod
     def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
         """Pydantic's `model_validate_json`; extras it keeps are noted (see `keep_exact`)."""
-        return _noted(super().model_validate_json(json_data, **options), options)
+        return noted(super().model_validate_json(json_data, **options), options)
 
     @classmethod
     def model_validate_strings(cls, obj: Any, **options: Any) -> Self:
         """Pydantic's `model_validate_strings`; extras it keeps are noted (see `keep_exact`)."""
-        return _noted(super().model_validate_strings(obj, **options), options)
+        return noted(super().model_validate_strings(obj, **options), options)
 
     @classmethod
     def model_construct(  # type: ignore[override]  # the plugin's per-model signature
@@ -148,44 +116,19 @@ class _Model(BaseModel):
         """Pydantic's `model_construct`; a model left without a field or with an unknown one
         is noted (see `keep_exact`)."""
         made = super().model_construct(_fields_set, **values)
-        _keep_exact_one(made)
+        keep_exact_one(made)
         return made
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> Self:
         """Pydantic's `model_copy`; unknown keys in `update` are noted (see `keep_exact`)."""
         copied = super().model_copy(update=update, deep=deep)
         if update:
-            _keep_exact_one(copied)
+            keep_exact_one(copied)
         return copied
 
     def __setstate__(self, state: dict[Any, Any]) -> None:
         super().__setstate__(state)
-        _keep_exact_one(self)
-
-
-_M = TypeVar("_M")
-
-
-def _noted(made: _M, options: dict[str, Any]) -> _M:
-    """A validation's result; unless it refused extras, each of its models is looked at."""
-    if options.get("extra") != "forbid":
-        keep_exact(made)
-    return made
-
-
-def _keep_exact_made(given: Any, made: Any) -> None:
-    """`keep_exact` on the models validation made from `given` (the models it was handed
-    as they are were looked at when they were made)."""
-    if isinstance(given, BaseModel):
-        return
-    if isinstance(given, list | tuple) and isinstance(made, list | tuple):
-        for g, m in zip(given, made, strict=False):
-            _keep_exact_made(g, m)
-    elif isinstance(given, dict) and isinstance(made, dict):
-        for key, g in given.items():
-            _keep_exact_made(g, made.get(key))
-    else:
-        keep_exact(made)
+        keep_exact_one(self)
 
 
 class Struct(_Model):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-import math
+import operator
 import types
 import typing
 from collections.abc import Iterator
@@ -15,7 +15,8 @@ from typing import Annotated, Any, Generic, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from schema._base import Arm, OneOf, Struct, WireName, write_natively
+from schema._base import Arm, OneOf, Struct, WireName
+from schema._wire import layout, write_natively
 from schema.description import field_annotation, union_arms
 from schema.errors import DocumentInvalid, Issue, pointer
 from schema.models import ExportedProgram
@@ -119,13 +120,13 @@ def dump(doc: BaseModel) -> bytes:
     """A document's JSON bytes in torch's wire form (field order, enums as ints, float strings).
 
     orjson writes the models' own `__dict__`s (fields in declaration order, as pydantic's
-    serializer does): most models without calling back at all (see `_write_natively`), the
-    others through `_fields_of`. Anything that route cannot write exactly (extra keys, a field
-    left unset, an int past 64 bits, a lone surrogate) makes orjson raise, and pydantic's
+    serializer does): most models without calling back at all (see `schema._wire`), the
+    others through their `__wire__`. Anything that route cannot write exactly (extra keys, a
+    field left unset, an int past 64 bits, a lone surrogate) makes orjson raise, and pydantic's
     serializer writes the document instead.
     """
     try:
-        return orjson.dumps(doc, default=_fields_of)
+        return orjson.dumps(doc, default=_wire_of)
     except orjson.JSONEncodeError:
         return doc.__pydantic_serializer__.to_json(doc)
 
@@ -133,82 +134,32 @@ def dump(doc: BaseModel) -> bytes:
 def dump_sorted(doc: BaseModel) -> bytes | None:
     """`dump` with every object's keys sorted, or None where only pydantic can write `doc`.
 
-    orjson does not sort the keys of what it writes natively, so here every model goes
-    through `_fields_of`.
+    orjson does not sort the keys of what it writes natively, so here every model goes through
+    the callback, which reads a natively written model's `__dict__` without a Python frame.
     """
     try:
         return orjson.dumps(
             doc,
-            default=_fields_of,
+            default=_wire_of,
             option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
         )
     except orjson.JSONEncodeError:
         return None
 
 
-class _Unsure(TypeError):
-    """Raised inside orjson's callback to hand the document to pydantic's serializer."""
-
-
-#: Per model class: its field count and the fields whose type admits a float.
-_LAYOUTS: dict[type, tuple[int, tuple[str, ...]]] = {}
-
-
-def _fields_of(value: Any) -> dict[str, Any]:
-    """orjson's callback: a model's fields, with non-finite floats as torch's strings."""
-    try:
-        count, floats = _LAYOUTS[type(value)]
-    except KeyError:
-        if not isinstance(value, BaseModel):
-            raise _Unsure from None
-        count, floats = _LAYOUTS.setdefault(type(value), _layout(type(value)))
-    fields: dict[str, Any] = value.__dict__
-    if value.__pydantic_extra__ or len(fields) != count:
-        raise _Unsure
-    if floats:
-        # orjson writes NaN and the infinities as null; only float-typed fields can hold them.
-        fields = dict(fields)
-        for name in floats:
-            fields[name] = _wire_floats(fields[name])
-    return fields
-
-
-def _layout(cls: type[BaseModel]) -> tuple[int, tuple[str, ...]]:
-    floats = tuple(
-        name for name, info in cls.model_fields.items() if _admits_float(info.annotation)
-    )
-    return len(cls.model_fields), floats
+#: orjson's callback: a model's `__wire__`; anything else raises (and pydantic writes it).
+_wire_of = operator.attrgetter("__wire__")
 
 
 def _write_natively() -> None:
-    """Mark the models orjson can write from their `__dict__` without a Python callback.
-
-    Models read or built without extras hold exactly their wire form in `__dict__` (see
-    `schema._base.write_natively`), unless a field admits a float: orjson would write NaN and
-    the infinities as null, so those classes keep the callback.
-    """
+    """Mark the models orjson can write from their `__dict__` (see `schema._wire`): all but
+    those with a field that admits a float."""
     pending: list[type[BaseModel]] = [Struct, Arm]
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls not in (Struct, Arm) and not _layout(cls)[1]:
+        if cls not in (Struct, Arm) and not layout(cls)[1]:
             write_natively(cls)
-
-
-def _admits_float(annotation: Any) -> bool:
-    if annotation is float:
-        return True
-    return any(_admits_float(arg) for arg in typing.get_args(annotation))
-
-
-def _wire_floats(value: Any) -> Any:
-    if type(value) is float:
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if type(value) is list:
-        return [_wire_floats(item) for item in value]
-    return value
 
 
 def issues_from(exc: ValidationError, root: Any) -> list[Issue]:

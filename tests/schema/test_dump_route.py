@@ -14,7 +14,8 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
 import schema
-from schema._base import Struct, Wire, write_natively
+from schema._base import Struct, Wire
+from schema._wire import write_natively
 from schema.models import (
     ArgumentAsFloat,
     ArgumentAsFloatLists,
@@ -30,6 +31,10 @@ from schema.models import (
     Node,
     TensorArgument,
 )
+
+
+class _SubArgument(TensorArgument):
+    """A subclass of a natively written class: written through the checking callback."""
 
 
 def _pydantic(doc: BaseModel) -> bytes:
@@ -62,6 +67,7 @@ def _pydantic(doc: BaseModel) -> bytes:
         lambda: Device.model_construct(index=1),  # type: ignore[call-arg]
         lambda: TensorArgument.model_construct(name="x", shadow=1),
         lambda: TensorArgument(name="x").model_copy(update={"shadow": 2}),
+        lambda: _SubArgument.model_construct(name="x", shadow=3),
     ],
 )
 def test_same_bytes_as_pydantic(make: Callable[[], BaseModel]) -> None:

@@ -1,0 +1,134 @@
+"""How models become wire bytes through orjson: which classes it may write natively, and the
+callback for the others.
+
+orjson writes an instance of a class whose own namespace has `__dataclass_fields__` from its
+`__dict__` in Rust (skipping `_`-prefixed keys, which no wire field has); a Python callback costs
+about a microsecond per object. That is exact while `__dict__` is the wire form: no extras
+(which live beside it), every field present, and no float field (orjson would write NaN and the
+infinities as null). Classes are marked at import (`write_natively`); every entry point that can
+make a model break that (see `schema._base._Model`) hands it to `keep_exact`, which unmarks its
+class for good.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+#: The instance-dict descriptor of every model: read through `__wire__` on a marked class, it
+#: gives orjson's callback (an attrgetter, in C) the model's `__dict__` without a Python frame.
+_DICT = BaseModel.__dict__["__dict__"]
+
+CONTAINERS = frozenset((dict, list, tuple))
+
+M = TypeVar("M")
+
+
+def write_natively(cls: type[BaseModel]) -> None:
+    """Let orjson write instances of `cls` from their `__dict__`, without a Python callback."""
+    cls.__dataclass_fields__ = {}  # type: ignore[attr-defined]
+    cls.__wire__ = _DICT  # type: ignore[attr-defined]
+
+
+def keep_exact(value: Any) -> None:
+    """Unmark the classes (see `write_natively`) of the models in `value` that carry extras
+    or lack a field, so that `schema.dump` writes them through its checking callback."""
+    if isinstance(value, BaseModel):
+        keep_exact_one(value)
+        for item in value.__dict__.values():
+            keep_exact(item)
+    elif isinstance(value, list):
+        for item in value:
+            keep_exact(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            keep_exact(item)
+
+
+def keep_exact_one(model: BaseModel) -> None:
+    """Unmark the class of `model` if it carries extras or lacks a field."""
+    cls = type(model)
+    if model.__pydantic_extra__ or len(model.__dict__) != len(cls.__pydantic_fields__):
+        unmark(cls)
+
+
+def unmark(cls: type[BaseModel]) -> None:
+    """Have orjson write instances of `cls` through the checking callback from now on."""
+    if "__dataclass_fields__" in vars(cls):
+        delattr(cls, "__dataclass_fields__")
+        delattr(cls, "__wire__")
+
+
+def noted(made: M, options: dict[str, Any]) -> M:
+    """A validation's result; unless it refused extras, each of its models is looked at."""
+    if options.get("extra") != "forbid":
+        keep_exact(made)
+    return made
+
+
+def keep_exact_made(given: Any, made: Any) -> None:
+    """`keep_exact` on the models validation made from `given` (the models it was handed
+    as they are were looked at when they were made)."""
+    if isinstance(given, BaseModel):
+        return
+    if isinstance(given, list | tuple) and isinstance(made, list | tuple):
+        for g, m in zip(given, made, strict=False):
+            keep_exact_made(g, m)
+    elif isinstance(given, dict) and isinstance(made, dict):
+        for key, g in given.items():
+            keep_exact_made(g, made.get(key))
+    else:
+        keep_exact(made)
+
+
+class _Unsure(TypeError):
+    """Raised inside orjson's callback to hand the document to pydantic's serializer."""
+
+
+#: Per model class: its field count and the fields whose type admits a float.
+_LAYOUTS: dict[type, tuple[int, tuple[str, ...]]] = {}
+
+
+def fields_of(value: BaseModel) -> dict[str, Any]:
+    """A model's wire fields (`__wire__` of a class orjson does not write natively), with
+    non-finite floats as torch's strings; raises where only pydantic can write the model."""
+    try:
+        count, floats = _LAYOUTS[type(value)]
+    except KeyError:
+        count, floats = _LAYOUTS.setdefault(type(value), layout(type(value)))
+    fields: dict[str, Any] = value.__dict__
+    if value.__pydantic_extra__ or len(fields) != count:
+        raise _Unsure
+    if floats:
+        # orjson writes NaN and the infinities as null; only float-typed fields can hold them.
+        fields = dict(fields)
+        for name in floats:
+            fields[name] = _wire_floats(fields[name])
+    return fields
+
+
+def layout(cls: type[BaseModel]) -> tuple[int, tuple[str, ...]]:
+    """A model class's field count and the fields whose type admits a float."""
+    floats = tuple(
+        name for name, info in cls.model_fields.items() if _admits_float(info.annotation)
+    )
+    return len(cls.model_fields), floats
+
+
+def _admits_float(annotation: Any) -> bool:
+    if annotation is float:
+        return True
+    return any(_admits_float(arg) for arg in typing.get_args(annotation))
+
+
+def _wire_floats(value: Any) -> Any:
+    if type(value) is float:
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if type(value) is list:
+        return [_wire_floats(item) for item in value]
+    return value
