@@ -227,33 +227,36 @@ def scope(
     defined: set[str] = set()
     # every name the graph defines, worked out only when a use precedes its definition
     anywhere: set[str] | None = None
+    for node, slot, arg, defines in _arguments(graph, ins):
+        for name, kind, at in walk(arg):
+            if name is None:
+                continue
+            status: Status
+            if defines:
+                status = "redefined" if name in defined else "ok"
+                defined.add(name)
+            elif name in defined:
+                status = "ok"
+            else:
+                if anywhere is None:
+                    anywhere = _definitions(graph, ins, walk)
+                status = "later" if name in anywhere else "undefined"
+            yield Ref(name, kind, defines, node, slot, at, status)
 
-    def define(args: Iterable[tuple[int, Any]], node: int | None) -> Iterator[Ref]:
-        for slot, arg in args:
-            for name, kind, at in walk(arg):
-                if name is not None:
-                    known = name in defined
-                    defined.add(name)
-                    yield Ref(name, kind, True, node, slot, at, "redefined" if known else "ok")
 
-    def unknown(name: str) -> Status:
-        nonlocal anywhere
-        if anywhere is None:
-            anywhere = _definitions(graph, ins, walk)
-        return "later" if name in anywhere else "undefined"
-
-    def use(args: Iterable[tuple[int, Any]], node: int | None) -> Iterator[Ref]:
-        for slot, arg in args:
-            for name, kind, at in walk(arg):
-                if name is not None:
-                    status: Status = "ok" if name in defined else unknown(name)
-                    yield Ref(name, kind, False, node, slot, at, status)
-
-    yield from define(ins, None)
+def _arguments(
+    graph: schema.Graph, inputs: list[tuple[int, Any]]
+) -> Iterator[tuple[int | None, int, Any, bool]]:
+    """(node, slot, argument, whether it defines) of a graph in program order."""
+    for slot, arg in inputs:
+        yield None, slot, arg, True
     for i, node in enumerate(graph.nodes):
-        yield from use(((j, named.arg) for j, named in enumerate(node.inputs)), i)
-        yield from define(enumerate(node.outputs), i)
-    yield from use(enumerate(graph.outputs), None)
+        for j, named in enumerate(node.inputs):
+            yield i, j, named.arg, False
+        for j, out in enumerate(node.outputs):
+            yield i, j, out, True
+    for j, arg in enumerate(graph.outputs):
+        yield None, j, arg, False
 
 
 def _definitions(

@@ -61,20 +61,14 @@ class _Semantics:
 
     def run(self) -> None:
         top: set[str] = set()
-        symbols: set[str] = set()
         for graph, path, _, _ in self.graphs:
             defined = self.graph(graph, path)
             if path == _GRAPH:
                 top = defined
-            for text, _ in sym_exprs(graph, path):
-                try:
-                    symbols |= check_expression(text).symbols
-                except UnsafeExpression:
-                    continue  # the screen reports it
         self.signature()
         if self.tensors is not None:
             self.weights(self.tensors)
-        self.ranges(symbols)
+        self.ranges()
         self.call_graph(top)
         check_operators(self.graphs, self.found)
         self.version()
@@ -220,7 +214,20 @@ class _Semantics:
 
     # ------------------------------------------------------------ ranges and call graph
 
-    def ranges(self, symbols: set[str]) -> None:
+    def symbols(self) -> set[str]:
+        """The symbols of every SymExpr in the graphs' value metadata."""
+        symbols: set[str] = set()
+        for graph, path, _, _ in self.graphs:
+            for text, _ in sym_exprs(graph, path):
+                try:
+                    symbols |= check_expression(text).symbols
+                except UnsafeExpression:
+                    continue  # the screen reports it
+        return symbols
+
+    def ranges(self) -> None:
+        # the graphs' symbols are collected only for a document that constrains some
+        symbols = self.symbols() if self.doc.range_constraints else set()
         for key, constraint in self.doc.range_constraints.items():
             at = pointer(["range_constraints", key])
             try:
