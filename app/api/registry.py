@@ -6,8 +6,11 @@ earlier crash left) when the app starts and closes it when the app stops.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, Query, Request
@@ -27,7 +30,7 @@ from app.api.auth import (
     ensure,
     has,
 )
-from app.api.deps import PoolDep, SettingsDep, admit_files
+from app.api.deps import PoolDep, SettingsDep, Work, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.ranges import bytes_response
@@ -37,6 +40,7 @@ from app.programs.diff import ProgramDiff
 from app.registry import (
     MAX_VERSION,
     AliasInfo,
+    Candidate,
     ModelInfo,
     ModelPage,
     PushedVersion,
@@ -46,7 +50,9 @@ from app.registry import (
     VersionPage,
     check_model_name,
 )
+from app.registry.ingest import refuse_invalid
 from app.settings import Settings
+from app.workers import pushes
 
 
 @asynccontextmanager
@@ -66,6 +72,8 @@ _ARCHIVE_TYPES = {"application/zip", "application/x-zip-compressed", "applicatio
 _ZIP = "application/zip"
 _JSON = "application/json"
 _FILE_PARTS = ("file", "archive")
+#: a push copies the archive a document job wrote into the store's staging this much at a time
+_COPY_CHUNK = 1 << 20
 
 _NAME_PROBLEMS = (
     *AUTH_PROBLEMS,
@@ -158,15 +166,45 @@ async def staged_upload(
 StagedDep = Annotated[Staged, Depends(staged_upload)]
 
 
-async def admitted_push(request: Request, staged: StagedDep) -> AsyncIterator[None]:
-    """Admission control for a push: vetting the archive reads its documents in this process,
-    so its estimated memory need is held within the budget while the route works."""
-    async for _ in admit_files(request, [staged.path]):
-        yield
+async def admitted_push(request: Request, staged: StagedDep) -> AsyncIterator[Work]:
+    """Admission control for a push: vetting the archive reads its documents (in a document
+    worker past document_inline_bytes), so its estimated memory need is held within the budget
+    while the route works."""
+    async for granted in admit_files(request, [staged.path]):
+        yield granted
 
 
 #: released as soon as the route returns, as the program routes' admission is
-AdmittedDep = Annotated[None, Depends(admitted_push, scope="function")]
+AdmittedDep = Annotated[Work, Depends(admitted_push, scope="function")]
+
+
+def _candidate(
+    registry: Registry,
+    archive: Path,
+    work: Work,
+    pool: PoolDep,
+    model: str | None,
+    files: pushes.PushFiles,
+) -> Candidate:
+    """Vet an uploaded archive as `ingest.prepare` does, with the reading done by a document job
+    and torch's check by a torch job: this process only copies the served archive into the
+    store's staging and reads the canonical bytes."""
+    pushing: pushes.Pushing = work.run(pushes.job_vet, archive, registry.settings, model, files)
+    report = pushing.report
+    if pushing.tensors is not None:
+        report = ops.torch_checked(report, pool, files.document, pushing.tensors)
+    refuse_invalid(report)
+    assert pushing.vetted is not None
+    served = registry.blobs.stage()
+    try:
+        with files.served.open("rb") as source:
+            while chunk := source.read(_COPY_CHUNK):
+                served.write(chunk)
+        served.finish()
+        return pushing.vetted.candidate(files.canonical.read_bytes(), served)
+    except BaseException:
+        served.discard()
+        raise
 
 
 def _digest_headers(info: VersionInfo) -> dict[str, str]:
@@ -224,7 +262,7 @@ def push_version(
     name: str,
     who: WriteDep,
     staged: StagedDep,
-    _admitted: AdmittedDep,
+    work: AdmittedDep,
     pool: PoolDep,
     registry: RegistryDep,
     response: Response,
@@ -237,12 +275,19 @@ def push_version(
     inputs torch's weights_only loader cannot be proven to read are left out (a warning says
     so). The same program (by program digest) pushed again answers its existing version with
     200."""
-    pushed = registry.push(name, registry.prepare(staged.path, pool, model), who.actor)
+    files = pushes.PushFiles(Path(tempfile.mkdtemp(prefix="pt2serde-push-")))
+    try:
+        candidate = _candidate(registry, staged.path, work, pool, model, files)
+        pushed = registry.push(name, candidate, who.actor)
+    except BaseException:
+        shutil.rmtree(files.folder, ignore_errors=True)
+        raise
     info = pushed.version
     response.status_code = 201 if pushed.created else 200
     response.headers["Location"] = f"/v1/models/{name}/versions/{info.version}"
-    # its graph is built once the push has answered, so that its first view is served ready
-    background.add_task(graphs.warm, registry, name, info.version)
+    # its graph is built once the push has answered (from the document it checked, which the
+    # task then removes), so that its first view is served ready
+    background.add_task(graphs.warm, registry, work.runner, info, files)
     return PushedVersion(**info.model_dump(), warnings=pushed.warnings)
 
 

@@ -11,8 +11,9 @@ not have unpickled with weights_only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import BinaryIO
 
 import schema
 from app import operations as ops
@@ -21,7 +22,7 @@ from app.archive.pt2 import SAMPLE_INPUTS
 from app.archive.raw import Streamed
 from app.archive.writer import write_archive
 from app.programs.digest import Digests
-from app.programs.findings import Finding
+from app.programs.findings import Finding, Report
 from app.registry.blobs import Staged
 from app.registry.errors import RegistryFailure
 from app.registry.summary import Summary, summarize
@@ -45,44 +46,78 @@ class Candidate:
     warnings: list[Finding]
 
 
+@dataclass(frozen=True)
+class Vetted:
+    """A candidate short of its bytes: what a document worker hands back to the API process,
+    which holds neither the program nor its canonical bytes until it stores them."""
+
+    archive_model: str
+    digests: Digests
+    schema_version: str
+    min_schema_version: str
+    readable_by: list[str]
+    summary: Summary
+    warnings: list[Finding]
+
+    def candidate(self, canonical: bytes, archive: Staged) -> Candidate:
+        """The candidate these facts describe, with its canonical bytes and served archive."""
+        facts = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Candidate(canonical=canonical, archive=archive, **facts)
+
+
 def prepare(
     path: Path, settings: Settings, runner: ops.TorchRunner, into: Staged, model: str | None = None
 ) -> Candidate:
     """Validate one model of a .pt2 at level torch (refused with the report's errors if invalid),
     canonicalize and summarize it, and write the archive to serve into `into`."""
     with ops.open_source(path, "zip", settings) as source:
-        assert source.archive is not None
-        _refuse_pickled(source.archive)
-        report = ops.validate(source, "torch", settings, runner, model)
-        if not report.valid:
-            errors = [f for f in report.findings if f.severity == "error"]
-            raise RegistryFailure(
-                "invalid-program",
-                f"the program is not valid at level torch ({len(errors)} errors)",
-                [schema.Issue(f.code, f.path, f.message) for f in errors],
-            )
-        document = ops.read_document(source, model, settings)
-        canonical = ops.canonical(source, settings, document.name)
-        samples = ops.sample_inputs(source, settings)
-        _write_served(source.archive, document.name, samples, into)
+        refuse_pickled(source)
+        refuse_invalid(ops.validate(source, "torch", settings, runner, model))
+        vetted, canonical = vet(source, settings, model, into)
+    into.finish()
+    return vetted.candidate(canonical, into)
+
+
+def refuse_invalid(report: Report) -> None:
+    """Refuse a program not valid at level torch, with its report's errors."""
+    if not report.valid:
+        errors = [f for f in report.findings if f.severity == "error"]
+        raise RegistryFailure(
+            "invalid-program",
+            f"the program is not valid at level torch ({len(errors)} errors)",
+            [schema.Issue(f.code, f.path, f.message) for f in errors],
+        )
+
+
+def vet(
+    source: ops.Source, settings: Settings, model: str | None, served: BinaryIO | Staged
+) -> tuple[Vetted, bytes]:
+    """Canonicalize and summarize a checked model, and write the archive to serve to `served`
+    (left open); its facts and canonical bytes."""
+    assert source.archive is not None
+    document = ops.read_document(source, model, settings)
+    canonical = ops.canonical(source, settings, document.name)
+    samples = ops.sample_inputs(source, settings)
+    _write_served(source.archive, document.name, samples, served)
     compat = schema.compat(document.doc)
     dropped = samples.dropped.get(document.name)
-    return Candidate(
+    vetted = Vetted(
         archive_model=document.name,
         digests=canonical.digests,
-        canonical=canonical.data,
         schema_version=document.from_version,
         min_schema_version=compat.min_version,
         readable_by=list(compat.readable_by),
         summary=summarize(document.doc),
-        archive=into,
         warnings=[dropped] if dropped is not None else [],
     )
+    return vetted, canonical.data
 
 
-def _refuse_pickled(archive: Archive) -> None:
+def refuse_pickled(source: ops.Source) -> None:
     """Pickled payloads and objects pass the checks only where a deployment allows them as
     opaque bytes; the registry serves nothing it cannot prove, so it refuses them always."""
+    archive = source.archive
+    assert archive is not None
     pickled = [m for m in archive.pickled if m not in archive.sample_inputs.values()]
     if pickled:
         raise RegistryFailure(
@@ -92,8 +127,10 @@ def _refuse_pickled(archive: Archive) -> None:
         )
 
 
-def _write_served(archive: Archive, model: str, samples: ops.SampleInputs, into: Staged) -> None:
-    """The served archive of `model`, streamed into `into` and fsynced."""
+def _write_served(
+    archive: Archive, model: str, samples: ops.SampleInputs, into: BinaryIO | Staged
+) -> None:
+    """The served archive of `model`, streamed into `into`."""
     opaque: dict[str, bytes | Streamed] = {
         archive.relative(member): archive.streamed(member) for member in archive.extra
     }
@@ -105,4 +142,3 @@ def _write_served(archive: Archive, model: str, samples: ops.SampleInputs, into:
         archive.streamed_tensors(model),
         opaque_members=opaque,
     )
-    into.finish()
