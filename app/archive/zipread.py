@@ -97,6 +97,11 @@ class ZipReader:
                 "archive-member-too-large",
                 f"member {show_name(name)} declares {member.size} bytes (limit {limit})",
             )
+        if member.method == STORED and member.size <= MiB:
+            # one block, read and checked without the streaming machinery (markers, configs)
+            data = self._src.read_at(member.data_offset, member.size)
+            _verify(member, len(data), zlib.crc32(data))
+            return data
         return b"".join(self._stream(member, MiB))
 
     def head(self, name: str, length: int) -> bytes:
@@ -152,16 +157,7 @@ class ZipReader:
             crc = zlib.crc32(block, crc)
             produced += len(block)
             yield block
-        if produced != member.size:
-            raise ArchiveFailure(
-                "archive-size-mismatch",
-                f"member {show_name(member.name)} has {produced} bytes, declares {member.size}",
-            )
-        if crc != member.crc:
-            raise ArchiveFailure(
-                "archive-crc-mismatch",
-                f"member {show_name(member.name)} has CRC-32 {crc:08x}, declares {member.crc:08x}",
-            )
+        _verify(member, produced, crc)
 
     def _stored(self, member: ZipMember, chunk: int) -> Iterator[bytes]:
         pos, end = member.data_offset, member.data_offset + member.size
@@ -218,3 +214,17 @@ class ZipReader:
                 f"member {show_name(member.name)}: the deflate stream ends before its declared "
                 f"{member.compressed_size} compressed bytes",
             )
+
+
+def _verify(member: ZipMember, produced: int, crc: int) -> None:
+    """A member's bytes, all read, against the size and CRC-32 its directory entry declares."""
+    if produced != member.size:
+        raise ArchiveFailure(
+            "archive-size-mismatch",
+            f"member {show_name(member.name)} has {produced} bytes, declares {member.size}",
+        )
+    if crc != member.crc:
+        raise ArchiveFailure(
+            "archive-crc-mismatch",
+            f"member {show_name(member.name)} has CRC-32 {crc:08x}, declares {member.crc:08x}",
+        )
