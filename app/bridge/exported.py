@@ -23,7 +23,7 @@ import schema
 from app import files
 from app.archive.raw import RawTensor, StreamedTensor, TensorKind
 from app.archive.tensors import dtype_name
-from app.archive.writer import write_archive
+from app.archive.writer import Sink, write_archive
 from app.bridge.errors import BridgeFailure, is_allocation_failure, torch_message
 from app.bridge.standins import stand_ins
 from app.bridge.tensors import MappedTensor, Stored, View, by_name, checked_views, shape_of
@@ -167,7 +167,7 @@ def write_pt2(
 def write_built(
     doc: schema.ExportedProgram,
     tensors: Mapping[str, RawTensor | StreamedTensor],
-    target: Path | IO[bytes],
+    target: Path | Sink,
 ) -> None:
     """Write the .pt2 of the program torch builds from `doc` and `tensors` (see `write_pt2`):
     it depends on nothing torch makes, so it may be written while torch builds, and kept only

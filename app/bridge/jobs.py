@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import schema
 from app.bridge.errors import BridgeFailure
+from app.bridge.output import durable
 from app.bridge.sources import Opened, TensorSource
 
 if TYPE_CHECKING:
@@ -73,10 +74,16 @@ def _verdict(built: Built, target: Path | None) -> dict[str, Any]:
 
 
 def _writer(doc: schema.ExportedProgram, opened: Opened, target: Path) -> Callable[[], None]:
+    """Writing the output into `target`, the caller's own temporary file (see app.bridge.output)."""
     from app.bridge.exported import write_built
 
     streamed = opened.streamed()
-    return lambda: write_built(doc, streamed, target)
+
+    def write() -> None:
+        with durable(target) as out:
+            write_built(doc, streamed, out)
+
+    return write
 
 
 class _Side:

@@ -17,6 +17,7 @@ from app.archive import ArchiveFailure, open_archive
 from app.bridge import jobs
 from app.bridge.checks import check_and_build
 from app.bridge.exported import SerializedProgram, write_pt2
+from app.bridge.output import durable
 from app.bridge.sources import TensorSource
 from app.bridge.tensors import MappedTensor
 from app.cli import main
@@ -194,3 +195,21 @@ def test_the_worker_starts_before_the_check_and_gets_only_what_passed(
 def test_level_semantic_starts_no_worker(events: list[str], documents: tuple[Path, Path]) -> None:
     assert main(["validate", str(documents[0]), "--level", "semantic"]) == 0
     assert events == ["check started"]
+
+
+def _write_half(target: Path) -> None:
+    with durable(target) as out:
+        out.write(b"half")
+        raise RuntimeError("the writer stopped")
+
+
+def test_the_output_is_written_in_place_and_removed_when_writing_fails(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    data = [bytes([i]) * 1000 for i in range(10)]
+    with durable(target, step=2500) as out:  # the writeback starts several times on the way
+        for chunk in data:
+            out.write(chunk)
+    assert target.read_bytes() == b"".join(data)
+    with pytest.raises(RuntimeError):
+        _write_half(target)
+    assert not target.exists()
