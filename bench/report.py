@@ -35,6 +35,10 @@ TARGETS = {
     "deserialize": Target("≥1.5x torch load + save", vs_torch=1.5),
     "hash": Target("≥80% of sha256, memory flat", fraction=0.8),
     "http": Target("≥80% of the library loop", fraction=0.8),
+    # issue 20 item 3 (bench.torchpath): whole processes, and the warm service
+    "validate-torch": Target("≤ torch's process time (≥1x)", vs_torch=1),
+    "deserialize-cli": Target("≤ torch's process time (≥1x)", vs_torch=1),
+    "deserialize-http": Target("≥1.5x torch load + save in process", vs_torch=1.5),
 }
 
 #: Each library benchmark: what runs on our side, on torch's, and as the floor.
@@ -44,6 +48,12 @@ LABELS = {
     "canonicalize": "canonicalize + canonical bytes + digests vs torch canonicalize + encoder",
     "validate": "semantic validation of the .pt2 (operations.validate) vs torch.export.load",
     "deserialize": ".pt2 -> loadable .pt2 (bridge fast route + pt2 write) vs torch load + save",
+    "validate-torch": "CLI process `pt2serde validate --level torch` vs a torch.export.load "
+    "process",
+    "deserialize-cli": "CLI process `pt2serde deserialize` (.pt2 -> loadable .pt2) vs a torch "
+    "load + save process",
+    "deserialize-http": "HTTP POST /v1/deserialize, warm server (upload, build, download) vs "
+    "torch load + save in process",
 }
 
 COLUMNS = (

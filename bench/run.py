@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.settings import MiB, Settings
-from bench import mixed, service, storage
+from bench import mixed, service, storage, torchpath
 from bench.cases import Measured, measure_hashing, measure_program
 from bench.hf_programs import hf_programs
 from bench.plan import Plan
@@ -259,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
             size = program.archive.stat().st_size
             hash_measured.append((program.name, size, measure_hashing(program, plan)))
         rows += hash_rows(hash_measured)
+    if not args.smoke:
+        # issue 20 item 3: the torch path as whole processes and over HTTP, on ViT-Base (350 MB)
+        with phase(plan, "torch path on a 350 MB archive", 200):
+            rows += torchpath.measure(cache, http=not args.no_http)
     http: list[Row] = []
     mixed_text, mixed_held = "", True
     if not args.no_http:
