@@ -90,12 +90,19 @@ def check_operators(graphs: Sequence[GraphSite], found: FindingList) -> None:
     """Check every call of a builtin-namespace overload in `graphs` against its schema."""
     for graph, path, _, _ in graphs:
         for i, node in enumerate(graph.nodes):
-            parts = node.target.split(".")
-            if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
-                continue
-            namespace, name, overload = parts[2:]
-            if opset.is_builtin_namespace(namespace):
-                _call(node, namespace, name, overload, path, i, found)
+            called = _builtin_overload(node.target)
+            if called is not None:
+                _call(node, *called, path, i, found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _builtin_overload(target: str) -> tuple[str, str, str] | None:
+    """(namespace, name, overload) of a target naming an overload of a builtin namespace."""
+    parts = target.split(".")
+    if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
+        return None
+    namespace, name, overload = parts[2:]
+    return (namespace, name, overload) if opset.is_builtin_namespace(namespace) else None
 
 
 _POSITIONAL = schema.ArgumentKind.POSITIONAL
