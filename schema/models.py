@@ -10,9 +10,10 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, WrapValidator
 
 from schema._base import Arm, OneOf, Struct, Version, Wire, WireFloat
+from schema._compact import SharedSymInts
 
 V5_3: Version = (5, 3)
 V7_3: Version = (7, 3)
@@ -122,17 +123,26 @@ class Device(Struct):
 class SymExprHintAsInt(Arm):
     """SymExprHint arm."""
 
+    #: shared between tensors (see `SymInts`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     as_int: Annotated[int, W(10)]
 
 
 class SymExprHintAsBool(Arm):
     """SymExprHint arm."""
 
+    #: shared between tensors (see `SymInts`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     as_bool: Annotated[bool, W(20)]
 
 
 class SymExprHintAsFloat(Arm):
     """SymExprHint arm."""
+
+    #: shared between tensors (see `SymInts`), so never changed in place
+    model_config = ConfigDict(frozen=True)
 
     as_float: Annotated[WireFloat, W(30)]
 
@@ -145,6 +155,9 @@ SymExprHint = Annotated[
 class SymExpr(Struct):
     """A symbolic expression (sympy text) with an optional hint."""
 
+    #: shared between tensors (see `SymInts`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     expr_str: Annotated[str, W(10)]
     hint: Annotated[SymExprHint | None, W(20)] = None
 
@@ -152,16 +165,25 @@ class SymExpr(Struct):
 class SymIntAsExpr(Arm):
     """SymInt arm."""
 
+    #: shared between tensors (see `SymInts`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     as_expr: Annotated[SymExpr, W(10)]
 
 
 class SymIntAsInt(Arm):
     """SymInt arm."""
 
+    #: shared between tensors (see `SymInts`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     as_int: Annotated[int, W(20)]
 
 
 SymInt = Annotated[SymIntAsExpr | SymIntAsInt, OneOf("SymInt")]
+
+#: Tensor sizes and strides: read a list at a time, with shared entries (see schema._compact).
+SymInts = Annotated[list[SymInt], WrapValidator(SharedSymInts(SymIntAsInt, SymIntAsExpr).validate)]
 
 
 class SymFloatAsExpr(Arm):
@@ -198,10 +220,10 @@ class TensorMeta(Struct):
     """Dtype, shape, strides, device and layout of a tensor value."""
 
     dtype: Annotated[ScalarType, W(10)]
-    sizes: Annotated[list[SymInt], W(20)]
+    sizes: Annotated[SymInts, W(20)]
     requires_grad: Annotated[bool, W(30)]
     device: Annotated[Device, W(40)]
-    strides: Annotated[list[SymInt], W(50)]
+    strides: Annotated[SymInts, W(50)]
     storage_offset: Annotated[SymInt, W(60)]
     layout: Annotated[Layout, W(70)]
 
