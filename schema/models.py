@@ -182,8 +182,11 @@ class SymIntAsInt(Arm):
 
 SymInt = Annotated[SymIntAsExpr | SymIntAsInt, OneOf("SymInt")]
 
+_SHARED = SharedSymInts(SymIntAsInt, SymIntAsExpr)
 #: Tensor sizes and strides: read a list at a time, with shared entries (see schema._compact).
-SymInts = Annotated[list[SymInt], WrapValidator(SharedSymInts(SymIntAsInt, SymIntAsExpr).validate)]
+SymInts = Annotated[list[SymInt], WrapValidator(_SHARED.validate)]
+#: A tensor's storage offset, a shared entry too.
+SharedSymInt = Annotated[SymInt, WrapValidator(_SHARED.validate_one)]
 
 
 class SymFloatAsExpr(Arm):
@@ -224,7 +227,7 @@ class TensorMeta(Struct):
     requires_grad: Annotated[bool, W(30)]
     device: Annotated[Device, W(40)]
     strides: Annotated[SymInts, W(50)]
-    storage_offset: Annotated[SymInt, W(60)]
+    storage_offset: Annotated[SharedSymInt, W(60)]
     layout: Annotated[Layout, W(70)]
 
 

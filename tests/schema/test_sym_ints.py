@@ -61,6 +61,7 @@ def test_entries_are_shared_and_frozen() -> None:
     two = schema.load(_meta([{"as_int": 5}, {"as_expr": {"expr_str": "s9"}}]), TensorMeta)
     assert one.sizes[0] is two.sizes[0]
     assert one.sizes[1] is two.sizes[1]
+    assert one.storage_offset is two.storage_offset
     assert isinstance(one.sizes[0], SymIntAsInt)
     with pytest.raises(ValidationError, match="frozen"):
         one.sizes[0].as_int = 6
@@ -91,6 +92,12 @@ def test_bad_entries_fail_as_before(entry: Any, code: str, path: str) -> None:
     with pytest.raises(schema.DocumentInvalid) as err:
         schema.load(_meta([{"as_int": 2}, entry]), TensorMeta)
     assert [(i.code, i.path) for i in err.value.issues] == [(code, path)]
+    offset = orjson.loads(_meta([]))
+    offset["storage_offset"] = entry
+    with pytest.raises(schema.DocumentInvalid) as err:
+        schema.load(orjson.dumps(offset), TensorMeta)
+    at = path.replace("/sizes/1", "/storage_offset")
+    assert [(i.code, i.path) for i in err.value.issues] == [(code, at)]
 
 
 def test_unknown_keys_in_an_entry_are_kept() -> None:
