@@ -65,7 +65,7 @@ class Settings(BaseSettings):
     worker_idle_s: float = 300.0
     #: a torch worker holding more than this many MiB after a job exits (0: never); the next
     #: job that needs its slot starts a fresh one (forked warm, torch already imported).
-    worker_recycle_rss_mb: int = 1024
+    worker_recycle_rss_mb: int = 768
     #: document worker processes: torch-free, they parse, check, canonicalize, diff and inspect
     #: uploads over document_inline_bytes (each runs one job at a time).
     document_workers: int = 2

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.settings import MiB, Settings
-from bench import mixed, service, storage, torchpath
+from bench import footprint, mixed, service, storage, torchpath
 from bench.cases import Measured, measure_hashing, measure_program
 from bench.hf_programs import hf_programs
 from bench.plan import Plan
@@ -228,6 +228,14 @@ def http_rows(suite: Suite) -> list[Row]:
     return rows
 
 
+def footprint_section(plan: Plan, suite: Suite, smoke: bool) -> tuple[str, bool]:
+    """Issue 20 item 4: the server's memory once the largest program went through it."""
+    with phase(plan, "idle footprint", 0 if smoke else 100):
+        text, held = footprint.bench_section((suite.large or suite.library)[-1])
+        print(text)
+    return text, held
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks; the exit status is 1 when any row FAILs."""
     args = parse_args(argv)
@@ -265,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += torchpath.measure(cache, http=not args.no_http)
     http: list[Row] = []
     mixed_text, mixed_held = "", True
+    footprint_text, footprint_held = "", True
     if not args.no_http:
         with phase(plan, "HTTP", 0 if args.smoke else 100):
             http = http_rows(suite)
@@ -274,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             clients, window = (4, 2.0) if args.smoke else (16, 60.0)
             mixed_text, mixed_held = mixed.bench_section(suite.library[0], large, clients, window)
             print(mixed_text)
+        footprint_text, footprint_held = footprint_section(plan, suite, args.smoke)
     with phase(plan, "registry storage", 0 if args.smoke else 100):
         # issue 16: push/pull against the stores' raw rates, stored bytes of a fine-tune series
         # a missed floor is reported as MISSED like the table's targets; only checks fail a run
@@ -303,11 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         previous = out.read_text() if out.exists() else ""
         kept = kept_sections(previous)
         written = document(rows, facts, [], LEGEND) + ("\n" + mixed_text if mixed_text else "")
+        written += "\n" + footprint_text if footprint_text else ""
         written += "\n" + storage_text
         out.write_text(written + ("\n" + kept if kept else ""))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
-    failed = any(r.status == "FAIL" for r in rows) or not mixed_held
+    failed = any(r.status == "FAIL" for r in rows) or not mixed_held or not footprint_held
     return 1 if failed else 0
 
 

@@ -73,6 +73,9 @@ class PoolSpec:
     #: a second or more to import), or only when a job needs it (a forked one starts fast, and
     #: an idle one holds memory)
     refill_at_once: bool = True
+    #: start every worker with the pool, or only the first one and each other one when jobs
+    #: overlap (a forked torch worker's resident set counts all of torch again)
+    start_all: bool = True
     #: the settings' prefix of these knobs, to name them in messages ("" or "document_")
     setting_prefix: str = ""
     #: the class of the failures the pool raises itself
@@ -150,8 +153,8 @@ class WorkerPool:
         self._busy: set[_Worker] = set()
         self._closed = False
         self._stopping = threading.Event()
-        for _ in range(spec.workers):
-            self._idle.put(self._start())
+        for started in range(spec.workers):
+            self._idle.put(self._start() if spec.start_all or not started else _Slot.VACANT)
         if spec.idle_s > 0:
             threading.Thread(
                 target=self._retire_idle, name=f"pt2serde-{spec.kind}-retirer", daemon=True
@@ -245,6 +248,8 @@ class WorkerPool:
         if self._closed:
             raise self._closed_failure("is closed")
         item = self._idle.get()
+        if item is _Slot.VACANT:
+            item = self._idle_worker_first()
         if item is _Slot.CLOSED or self._closed:
             # Pass the wake-up on to the next waiting submitter.
             self._idle.put(_Slot.CLOSED)
@@ -261,6 +266,22 @@ class WorkerPool:
         except Failure:
             self._idle.put(_Slot.VACANT)
             raise
+
+    def _idle_worker_first(self) -> _Worker | _Slot:
+        """Having drawn a vacant slot: an idle worker (or the closing marker) queued behind it
+        instead, if there is one, since starting a worker costs its start-up and its memory."""
+        vacant = [_Slot.VACANT]
+        found: _Worker | _Slot = _Slot.VACANT
+        with contextlib.suppress(queue.Empty):
+            while found is _Slot.VACANT:
+                found = self._idle.get_nowait()
+                if found is _Slot.VACANT:
+                    vacant.append(found)
+        if found is _Slot.VACANT:
+            vacant.pop()  # the slot this submitter fills
+        for slot in vacant:
+            self._idle.put(slot)
+        return found
 
     def _start(self) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)

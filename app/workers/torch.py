@@ -34,8 +34,10 @@ def torch_spec(settings: Settings, start_method: str = "forkserver") -> PoolSpec
         max_jobs=settings.worker_max_jobs,
         idle_s=settings.worker_idle_s,
         recycle_rss_mb=settings.worker_recycle_rss_mb,
-        # a fork of the warm forkserver starts fast; a spare idle worker holds memory
+        # a fork of the warm forkserver starts in about a second, while an idle spare holds as
+        # much resident memory as torch itself: workers start and refill as jobs need them
         refill_at_once=False,
+        start_all=False,
         failure=BridgeFailure,
     )
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +107,22 @@ def test_the_document_workers_start_with_the_process_when_asked() -> None:
     finally:
         eager.close()
         lazy.close()
+
+
+def test_a_pool_started_lazily_starts_a_second_worker_only_for_overlapping_jobs(
+    tmp_path: Path,
+) -> None:
+    with WorkerPool(spec(workers=2, preload=(), start_all=False)) as pool:
+        [first] = pool.worker_pids()
+        # one job at a time: the idle worker is taken, not the vacant slot behind it
+        assert {pool.submit(jobs.pid) for _ in range(4)} == {first}
+        assert pool.worker_pids() == [first]
+        marker = tmp_path / "started"
+        with ThreadPoolExecutor(1) as other:
+            held = other.submit(pool.submit, jobs.sleep, 2.0, str(marker))
+            while not marker.exists():
+                time.sleep(0.01)
+            second = pool.submit(jobs.pid)
+            assert held.result() == first
+        assert second != first
+        assert pool.worker_pids() == sorted([first, second])
