@@ -26,6 +26,7 @@ from torch import nn
 
 from app.bridge import jobs
 from app.registry import Registry
+from app.registry.blobs import Piece
 from app.registry.blobs.local import LocalObjects
 from app.settings import MiB, Settings
 from bench import seaweed
@@ -126,7 +127,7 @@ def _one_backend(
             upload = _timed(lambda: _copy_synced(big, raw / "copy"))
             download = _timed(lambda: _read_all((raw / "copy").open("rb")), _READS)
         else:
-            upload = _timed(lambda: objects.put(big, digest))
+            upload = _timed(lambda: objects.put(Piece.whole(big), digest))
             download = _timed(lambda: _read_all(objects.open(digest)), _READS)
             objects.remove(digest)
         progress(f"storage {label}: preparing the {size / MiB:.0f} MiB archive (torch check)")

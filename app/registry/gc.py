@@ -72,6 +72,12 @@ def _dead_archives(conn: Connection, kept: set[str]) -> list[str]:
 
 def collect(db: Database, blobs: BlobStore, settings: Settings, dry_run: bool = False) -> GcReport:
     """Remove (or with `dry_run`, list) what no kept version needs."""
+    # no database row tells of an upload: they are listed and aborted outside the lock
+    begun = (now() - timedelta(seconds=settings.gc_claim_grace_s)).timestamp()
+    uploads = [u for u in blobs.objects.unfinished() if u.started < begun]
+    if not dry_run:
+        for upload in uploads:
+            blobs.objects.abort(upload)
     with db.write(blobs="exclusive") as conn:
         kept = _kept(conn, settings)
         archives = _dead_archives(conn, kept)
@@ -79,14 +85,11 @@ def collect(db: Database, blobs: BlobStore, settings: Settings, dry_run: bool = 
         doomed = set(touched_before(conn, stamp)) - kept
         sizes = _unrecorded(conn, blobs, kept, doomed, stamp.timestamp())
         strays = blobs.objects.strays()
-        uploads = [u for u in blobs.objects.unfinished() if u.started < stamp.timestamp()]
         answers = _dead_answers(settings, kept)
         if not dry_run:
             _remove(conn, blobs, sorted(doomed | set(sizes)), sorted(doomed), archives)
             for name in strays:
                 blobs.objects.remove_stray(name)
-            for upload in uploads:
-                blobs.objects.abort(upload)
             for path in answers:
                 path.unlink(missing_ok=True)
     return GcReport(

@@ -15,7 +15,9 @@ bounded whatever the objects' sizes.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import io
+import mmap
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +33,8 @@ from app.settings import Limits
 _CHUNK = 1 << 20
 #: bytes of each payload fetched ahead of a read (the rest streams when the read gets there)
 _HEAD = 4 << 20
+#: bytes one read fetches ahead at most, whatever the number of payloads it may open ahead
+_AHEAD_BYTES = 32 << 20
 #: other members this large (documents, configs, sample inputs) are objects of their own too:
 #: a skeleton differs between versions (each local header holds its member's CRC), so it
 #: should hold only headers and small members, not a model's document again each time.
@@ -75,52 +79,36 @@ def _is_payload(name: str) -> bool:
     return relative.startswith((WEIGHTS_DIR, CONSTANTS_DIR)) and not relative.endswith(_CONFIGS)
 
 
-def _copy(source: BinaryIO, size: int, *sinks: Callable[[bytes], object]) -> None:
-    while size > 0:
-        chunk = source.read(min(_CHUNK, size))
-        if not chunk:
-            raise OSError("the staged archive is shorter than its zip directory says")
-        size -= len(chunk)
-        for sink in sinks:
-            sink(chunk)
-
-
-def split(
-    archive: Path,
-    skeleton: Staged,
-    payload: Callable[[], Staged],
-    limits: Limits,
-    kept: Callable[[Staged], object] = lambda staged: None,
-) -> tuple[Layout, dict[str, Staged]]:
-    """Cut a finished staged archive into `skeleton` and one staged file per distinct payload
-    (made by `payload`, handed to `kept` once finished); the layout and the payloads by digest
-    (the caller places or drops them, and the skeleton)."""
+def payload_spans(archive: Path, limits: Limits) -> list[tuple[int, int]]:
+    """Where the archive's payloads are, in order: (offset, length) of each tensor payload and
+    each other member large enough to be an object of its own (all stored, not deflated)."""
     with ZipReader(archive, limits, single_root=False) as reader:
-        spans = sorted(
+        return sorted(
             (m.data_offset, m.size)
             for m in reader.members.values()
             if m.method == 0 and (m.size >= _OWN_OBJECT or (m.size > 0 and _is_payload(m.name)))
         )
+
+
+def cut(archive: Path, spans: list[tuple[int, int]], skeleton: Staged) -> Layout:
+    """Hash each payload span of the finished staged archive and write everything between them
+    to `skeleton` (finished here); the layout. The archive is mapped, not read: each payload is
+    hashed where the page cache holds it (the GIL released meanwhile, while other threads copy
+    or upload the same bytes)."""
     holes: list[Hole] = []
-    payloads: dict[str, Staged] = {}
-    with archive.open("rb") as source:
-        size = source.seek(0, 2)
-        source.seek(0)
-        at = 0
-        for offset, length in spans:
-            _copy(source, offset - at, skeleton.write)
-            staged = payload()
-            _copy(source, length, staged.write)
-            digest = staged.finish()
-            if digest in payloads:
-                staged.discard()
-            else:
-                payloads[digest] = staged
-                kept(staged)
-            holes.append(Hole(offset, length, digest))
-            at = offset + length
-        _copy(source, size - at, skeleton.write)
-    return Layout(size, skeleton.finish(), tuple(holes)), payloads
+    with archive.open("rb") as source, mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        with memoryview(m) as view:
+            at = 0
+            for offset, length in spans:
+                if offset < at or offset + length > len(view):
+                    raise OSError("the staged archive's payloads overlap or pass its end")
+                skeleton.write(view[at:offset])
+                digest = hashlib.sha256(view[offset : offset + length]).hexdigest()
+                holes.append(Hole(offset, length, digest))
+                at = offset + length
+            skeleton.write(view[at:])
+        size = len(m)
+    return Layout(size, skeleton.finish(), tuple(holes))
 
 
 class Rebuilt(Reader):
@@ -193,12 +181,14 @@ class Rebuilt(Reader):
         if self._pool is None:
             return
         wanted: dict[str, int] = {}
+        budget = _AHEAD_BYTES
         for start, end, digest, _ in self._segments[index + 1 :]:
-            if len(wanted) == self._ahead:
+            if len(wanted) == self._ahead or budget <= 0:
                 break
             if digest not in self._handles:
                 # a payload is a whole object: the segment's length is the object's size
                 wanted[digest] = end - start
+                budget -= min(end - start, _HEAD)
         for digest in [d for d in self._opening if d not in wanted]:
             _dispose(self._opening.pop(digest))
         for digest, size in wanted.items():

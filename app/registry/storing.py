@@ -3,68 +3,75 @@ skeleton and its distinct tensor payloads, staged locally, claimed, uploaded, th
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy import Connection
 
 from app.registry import objects
-from app.registry.blobs import BlobStore, Staged
+from app.registry.blobs import BlobStore, Piece, Staged
 from app.registry.db import Database
-from app.registry.packing import Layout, split
+from app.registry.packing import Layout, cut, payload_spans
 from app.settings import Limits
 
 
 @dataclass
 class Parts:
-    """The staged objects of one pushed archive, by digest, and how they make the archive."""
+    """The objects of one pushed archive, by digest, where their bytes are, and how they make
+    the archive."""
 
     archive: str
     layout: Layout
-    staged: dict[str, Staged] = field(default_factory=dict)
+    pieces: dict[str, Piece] = field(default_factory=dict)
+    #: staged files to remove when the push ends (the pieces' bytes are in them)
+    files: list[Path] = field(default_factory=list)
 
     @property
     def sizes(self) -> dict[str, int]:
         """Each object's size."""
-        return {digest: s.size for digest, s in self.staged.items()}
+        return {digest: piece.size for digest, piece in self.pieces.items()}
 
     def discard(self) -> None:
         """Remove every staged file still here."""
-        for staged in self.staged.values():
-            staged.discard()
+        for path in self.files:
+            path.unlink(missing_ok=True)
 
 
 def stage_parts(blobs: BlobStore, archive: Staged, canonical: Staged, limits: Limits) -> Parts:
-    """Cut the finished staged archive into its objects (the archive itself is dropped), each
-    settled for its upload."""
+    """Cut the finished staged archive into its objects, each readied for its upload (the
+    archive is dropped unless the pieces are spans of it, as an object store uploads them)."""
+    spans = payload_spans(archive.path, limits)
     skeleton = blobs.stage()
-    settling: list[Future[None]] = []
-    # each payload settles (a local store fsyncs it) while the next ones are cut: the disk
-    # writes back what the CPU has hashed, instead of one file after another at the end
-    with ThreadPoolExecutor(blobs.objects.parallel) as pool:
-
-        def settle(staged: Staged) -> None:
-            settling.append(pool.submit(blobs.objects.settle, staged.path))
-
-        try:
-            layout, payloads = split(archive.path, skeleton, blobs.stage, limits, settle)
-        except BaseException:
-            skeleton.discard()
-            raise
-        parts = Parts(archive.finish(), layout, dict(payloads))
-        for extra in (skeleton, canonical):
-            if extra.digest in parts.staged:
-                extra.discard()
-            else:
-                parts.staged[extra.digest] = extra
-                settle(extra)
-        try:
-            for future in settling:
-                future.result()
-        except BaseException:
-            parts.discard()
-            raise
-    archive.discard()
+    into = [blobs.staging.fresh() for _ in spans]
+    files = [archive.path, canonical.path, skeleton.path, *into]
+    try:
+        # the payloads are readied (a local store copies and fsyncs each) by other threads
+        # while this one hashes them: the disk writes while the CPU hashes
+        with ThreadPoolExecutor(blobs.objects.parallel) as pool:
+            carving = [
+                pool.submit(blobs.objects.carve, archive.path, offset, size, path)
+                for (offset, size), path in zip(spans, into, strict=True)
+            ]
+            try:
+                layout = cut(archive.path, spans, skeleton)
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+            carved = [future.result() for future in carving]
+    except BaseException:
+        skeleton.discard()
+        for path in files[1:]:
+            path.unlink(missing_ok=True)
+        raise
+    parts = Parts(archive.finish(), layout, files=files)
+    for hole, piece in zip(layout.holes, carved, strict=True):
+        if parts.pieces.setdefault(hole.digest, piece) is not piece and piece.path != archive.path:
+            piece.path.unlink()  # a copy of a payload the archive holds twice
+    for extra in (skeleton, canonical):
+        parts.pieces.setdefault(extra.digest, Piece(extra.path, 0, extra.size))
+    if all(piece.path != archive.path for piece in parts.pieces.values()):
+        archive.discard()
     return parts
 
 
@@ -73,24 +80,29 @@ def upload(db: Database, blobs: BlobStore, parts: Parts) -> None:
     with db.write(blobs="shared") as conn:
         stored = objects.claim(conn, parts.sizes)
 
-    def store(item: tuple[str, Staged]) -> None:
-        digest, staged = item
+    def store(item: tuple[str, Piece]) -> None:
+        digest, piece = item
         if digest not in stored or not blobs.exists(digest):
-            blobs.objects.put(staged.path, digest)
+            blobs.objects.put(piece, digest)
 
     # several at once: an object store's requests wait on the network, a directory's fsyncs on
     # the disk, not on this CPU
     with ThreadPoolExecutor(blobs.objects.parallel) as pool:
-        list(pool.map(store, sorted(parts.staged.items())))
+        list(pool.map(store, sorted(parts.pieces.items())))
 
 
 def commit(conn: Connection, blobs: BlobStore, parts: Parts) -> None:
     """In the version's transaction (blob lock shared): store again what gc took since the
     claim, record every object present and the archive's layout."""
-    have = objects.present(conn, parts.staged)
-    for digest in sorted(set(parts.staged) - have):
+    have = objects.present(conn, parts.pieces)
+
+    def restore(digest: str) -> None:
         # gc is held off until the commit: what is in the store now stays there
         if not blobs.exists(digest):
-            blobs.objects.put(parts.staged[digest].path, digest)
+            blobs.objects.put(parts.pieces[digest], digest)
+
+    # several at once: the transaction (on SQLite, every writer's) waits on these requests
+    with ThreadPoolExecutor(blobs.objects.parallel) as pool:
+        list(pool.map(restore, sorted(set(parts.pieces) - have)))
     objects.mark_present(conn, parts.sizes)
     objects.record_archive(conn, parts.archive, parts.layout)

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from app.registry.blobs.base import Listed, Objects, is_digest
+from app.registry.blobs.base import Listed, Objects, Piece, is_digest
 from app.registry.blobs.local import LocalObjects
 from app.registry.blobs.staging import Staged, Staging
 from app.registry.errors import RegistryFailure
 from app.settings import Settings
 
-__all__ = ["BlobStore", "Listed", "Objects", "Staged", "is_digest", "objects_for"]
+__all__ = ["BlobStore", "Listed", "Objects", "Piece", "Staged", "is_digest", "objects_for"]
 
 
 def objects_for(url: str, data_dir: Path, part_bytes: int) -> Objects:
@@ -65,7 +65,7 @@ class BlobStore:
         """Store a finished staged file as its object (kept if stored already) and drop it."""
         digest = staged.finish()
         try:
-            self.objects.put(staged.path, digest)
+            self.objects.put(Piece(staged.path, 0, staged.size), digest)
         finally:
             staged.discard()
         return digest

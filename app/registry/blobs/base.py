@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -24,6 +25,23 @@ class Listed:
     digest: str
     size: int
     written: float
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The bytes of one object in a local file: `size` bytes from `offset` (a file of its own,
+    or a payload's span of a staged archive)."""
+
+    path: Path
+    offset: int
+    size: int
+    #: already fsynced (a local store need not fsync it again before linking it)
+    durable: bool = False
+
+    @classmethod
+    def whole(cls, path: Path) -> Piece:
+        """All of the file `path`."""
+        return cls(path, 0, path.stat().st_size)
 
 
 @dataclass(frozen=True)
@@ -50,13 +68,15 @@ class Objects(Protocol):
         """Whether the object is stored."""
         ...
 
-    def settle(self, source: Path) -> None:
-        """Ready a staged file for a later `put`, ahead of it and from any thread (a local
-        store fsyncs it, which `put` needs before linking it; an object store does nothing)."""
+    def carve(self, source: Path, offset: int, size: int, into: Path) -> Piece:
+        """Ready `size` bytes of `source` from `offset` for a later `put`, from any thread while
+        the archive is still being hashed: a local store copies them (in the kernel) into the
+        new file `into` and fsyncs it, so that `put` only links it; an object store uploads
+        straight from `source`, so leaves them where they are."""
         ...
 
-    def put(self, source: Path, digest: str) -> None:
-        """Store the file `source` (whose sha256 is `digest`) as that object, streamed."""
+    def put(self, piece: Piece, digest: str) -> None:
+        """Store the piece's bytes (whose sha256 is `digest`) as that object, streamed."""
         ...
 
     def open(self, digest: str) -> BinaryIO:
@@ -109,3 +129,32 @@ class Reader(io.RawIOBase):
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
         self._pos = max(0, base + offset)
         return self._pos
+
+
+class _Window(Reader):
+    """A piece's bytes as a stream of their own (positions relative to the piece)."""
+
+    def __init__(self, piece: Piece) -> None:
+        super().__init__(piece.size)
+        self._offset = piece.offset
+        self._fd = os.open(piece.path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._size - self._pos)
+        if want <= 0:
+            return 0
+        got = os.preadv(self._fd, [view[:want]], self._offset + self._pos)
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        super().close()
+
+
+def open_window(piece: Piece) -> BinaryIO:
+    """The piece's bytes, readable and seekable from its first byte to its last."""
+    return cast(BinaryIO, io.BufferedReader(_Window(piece), buffer_size=1 << 18))

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from app.registry.blobs.base import Listed, Upload, is_digest
+from app.registry.blobs.base import Listed, Piece, Upload, is_digest
 
 _TEMP = ".copying-"
 #: a copy into the store still unfinished this long after it started was left by a crash.
@@ -25,6 +25,7 @@ _COPY_GRACE_S = 3600.0
 #: fsyncs one push runs at once: each waits on the disk with the GIL released, and the
 #: filesystem's journal commits the concurrent ones together
 _PARALLEL = 16
+_CHUNK = 1 << 20
 
 
 def _fsync_dir(path: Path) -> None:
@@ -41,6 +42,31 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def copy_range(source: int, target: int, offset: int, size: int) -> None:
+    """Append `size` bytes of the file `source` from `offset` to the file `target`, copied by
+    the kernel (no pass through this process's memory, and the GIL released meanwhile)."""
+    done = 0
+    while done < size:
+        try:
+            got = os.copy_file_range(source, target, size - done, offset + done)
+        except OSError as error:
+            if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            got = _write_range(source, target, offset + done, min(size - done, _CHUNK))
+        if got == 0:
+            raise OSError(f"the file ended {size - done} bytes early")
+        done += got
+
+
+def _write_range(source: int, target: int, offset: int, size: int) -> int:
+    """One chunk through this process, where the kernel cannot copy between the two files."""
+    data = os.pread(source, size, offset)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(target, view) :]
+    return len(data)
 
 
 def _copying(path: Path) -> bool:
@@ -71,13 +97,16 @@ class LocalObjects:
         """Whether the object is stored."""
         return self.path(digest).is_file()
 
-    def settle(self, source: Path) -> None:
-        """Fsync the staged file (then `put` finds nothing left to write)."""
-        _fsync_file(source)
+    def carve(self, source: Path, offset: int, size: int, into: Path) -> Piece:
+        """Copy the bytes into the new file `into` and fsync it (then `put` only links it)."""
+        with source.open("rb") as src, into.open("xb") as dst:
+            copy_range(src.fileno(), dst.fileno(), offset, size)
+            os.fsync(dst.fileno())
+        return Piece(into, 0, size, durable=True)
 
-    def put(self, source: Path, digest: str) -> None:
-        """Fsync and link `source` to the object's path (staging may sit on this filesystem),
-        or copy it."""
+    def put(self, piece: Piece, digest: str) -> None:
+        """Link a piece that is a whole file to the object's path (staging may sit on this
+        filesystem), fsynced first; copy it otherwise."""
         target = self.path(digest)
         if target.is_file():
             return
@@ -86,23 +115,35 @@ class LocalObjects:
             folder.mkdir(exist_ok=True)
             _fsync_dir(self.root)
         try:
-            # fsynced first, a link publishes it whole (or fails if it is there)
-            _fsync_file(source)
-            os.link(source, target)
+            if not self._link(piece, target):
+                self._copy(piece, target)
         except FileExistsError:
             return
+        _fsync_dir(folder)
+
+    @staticmethod
+    def _link(piece: Piece, target: Path) -> bool:
+        """Link a piece that is a whole file, durable first (the link publishes it whole, or
+        fails if it is there); False where it cannot be (a span, another filesystem)."""
+        if piece.offset or piece.size != piece.path.stat().st_size:
+            return False
+        if not piece.durable:
+            _fsync_file(piece.path)
+        try:
+            os.link(piece.path, target)
         except OSError as error:
             if error.errno != errno.EXDEV:
                 raise
-            self._copy(source, target)
-        _fsync_dir(folder)
+            return False
+        return True
 
-    def _copy(self, source: Path, target: Path) -> None:
-        """Copy across filesystems into a temporary name, fsync, then rename into place."""
+    def _copy(self, piece: Piece, target: Path) -> None:
+        """Copy into a temporary name (across filesystems, or a span), fsync, rename."""
         temp = target.parent / f"{_TEMP}{target.name}.{secrets.token_hex(4)}"
         try:
-            shutil.copyfile(source, temp)
-            _fsync_file(temp)
+            with piece.path.open("rb") as src, temp.open("xb") as dst:
+                copy_range(src.fileno(), dst.fileno(), piece.offset, piece.size)
+                os.fsync(dst.fileno())
             os.replace(temp, target)
         finally:
             temp.unlink(missing_ok=True)

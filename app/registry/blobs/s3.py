@@ -21,14 +21,16 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from app.registry.blobs.base import Listed, Reader, Upload, is_digest
+from app.registry.blobs.base import Listed, Piece, Reader, Upload, is_digest, open_window
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 MiB = 1024 * 1024
-#: requests one push or pull (and one multipart upload) has in flight at once
+#: requests one push (and one multipart upload) has in flight at once
 _PARALLEL = 4
+#: objects one pull fetches ahead of its read at most (their first MiBs, see packing)
+_AHEAD = 16
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 _KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{64})")
 
@@ -45,7 +47,11 @@ def client_from_env() -> S3Client:
     config = Config(
         s3={"addressing_style": "path" if endpoint else "auto"},
         retries={"max_attempts": 5, "mode": "standard"},
-        max_pool_connections=32,
+        max_pool_connections=64,
+        # uploads are checked by the store (an object must hold the bytes its sha256 names);
+        # a CRC32 of every download would cost a pull as much CPU as its requests: a pulled
+        # archive's sha256 is its ETag, for the client to check
+        response_checksum_validation="when_required",
     )
     return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=config)
 
@@ -59,7 +65,7 @@ class S3Objects:
         self.location = f"s3://{bucket}/{self.prefix}"
         self.client = client_from_env()
         self.parallel = _PARALLEL
-        self.read_ahead = _PARALLEL
+        self.read_ahead = _AHEAD
         self._part_bytes = part_bytes
         self._transfer = TransferConfig(
             multipart_threshold=part_bytes,
@@ -96,17 +102,25 @@ class S3Objects:
             raise
         return True
 
-    def settle(self, source: Path) -> None:
-        """Nothing: the upload reads the staged file, a crash throws it away."""
+    def carve(self, source: Path, offset: int, size: int, into: Path) -> Piece:
+        """The bytes where they are: `put` uploads them straight from `source`."""
+        return Piece(source, offset, size)
 
-    def put(self, source: Path, digest: str) -> None:
-        """Upload the file: one PUT up to the part size, in parts (several at once) past it."""
-        if source.stat().st_size <= self._part_bytes:
-            # a transfer manager's threads cost more than a small object's one request
-            with source.open("rb") as body:
-                self.client.put_object(Bucket=self.bucket, Key=self.key(digest), Body=body)
+    def put(self, piece: Piece, digest: str) -> None:
+        """Upload the piece: one PUT up to the part size, in parts (several at once) past it,
+        streamed from the file."""
+        key = self.key(digest)
+        whole = piece.offset == 0 and piece.size == piece.path.stat().st_size
+        if piece.size > self._part_bytes and whole:
+            # the transfer manager reads a file's parts from the file, not into memory
+            self.client.upload_file(str(piece.path), self.bucket, key, Config=self._transfer)
             return
-        self.client.upload_file(str(source), self.bucket, self.key(digest), Config=self._transfer)
+        with open_window(piece) as body:
+            if piece.size <= self._part_bytes:
+                # a transfer manager's threads cost more than a small object's one request
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=body)
+            else:
+                self.client.upload_fileobj(body, self.bucket, key, Config=self._transfer)
 
     def open(self, digest: str) -> BinaryIO:
         """A seekable reader of the object (FileNotFoundError if it is not stored)."""

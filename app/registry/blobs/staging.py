@@ -34,7 +34,7 @@ class Staged:
         self._file: BinaryIO | None = path.open("xb")
         self._digest: str | None = None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """Append bytes."""
         assert self._file is not None, "the staged file is finished"
         self._file.write(data)
@@ -106,7 +106,11 @@ class Staging:
 
     def stage(self) -> Staged:
         """A new empty file in this process's staging directory."""
-        return Staged(self.owner / f"blob-{secrets.token_hex(8)}")
+        return Staged(self.fresh())
+
+    def fresh(self) -> Path:
+        """A name for a new file in this process's staging directory (nothing is created)."""
+        return self.owner / f"blob-{secrets.token_hex(8)}"
 
     def stage_bytes(self, data: bytes) -> Staged:
         """Bytes staged and finished."""
