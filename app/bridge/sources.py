@@ -136,17 +136,19 @@ def _mapped(archive: Archive, path: Path, names: Mapping[str, str]) -> dict[str,
     with path.open("rb") as file:
         view = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY))
     views: dict[str, memoryview] = {}
+    read: dict[str, bytes] = {}
     tensors: dict[str, Stored] = {}
     for name, entry in _entries(archive, names):
         assert entry.meta is not None
         member = archive.reader.member(entry.member)
         end = member.data_offset + member.size
         aligned = member.data_offset % ITEMSIZE.get(entry.meta.dtype, 1) == 0
-        if member.method != STORED or not aligned or end > len(view):
-            data = archive.reader.read_member(entry.member, entry.size)
-            tensors[name] = RawTensor(name, entry.kind, entry.meta, data)
+        if member.method == STORED and aligned and end <= len(view):
+            if entry.member not in views:
+                views[entry.member] = view[member.data_offset : end]
+            tensors[name] = MappedTensor(name, entry.kind, entry.meta, views[entry.member])
             continue
-        if entry.member not in views:
-            views[entry.member] = view[member.data_offset : end]
-        tensors[name] = MappedTensor(name, entry.kind, entry.meta, views[entry.member])
+        if entry.member not in read:
+            read[entry.member] = archive.reader.read_member(entry.member, entry.size)
+        tensors[name] = RawTensor(name, entry.kind, entry.meta, read[entry.member])
     return tensors

@@ -4,6 +4,7 @@ CLI starts its worker before the check ends but sends it nothing the check refus
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,21 @@ def test_the_output_is_written_in_place_and_removed_when_writing_fails(tmp_path:
     with pytest.raises(RuntimeError):
         _write_half(target)
     assert not target.exists()
+
+
+def test_a_deflated_member_is_read_whole_and_still_builds(
+    archives: dict[str, bytes], serialized: dict[str, SerializedProgram], tmp_path: Path
+) -> None:
+    torch_wrote = tmp_path / "stored.pt2"
+    torch_wrote.write_bytes(archives["conv"])
+    deflated = tmp_path / "deflated.pt2"
+    with zipfile.ZipFile(torch_wrote) as source, zipfile.ZipFile(deflated, "w") as out:
+        for info in source.infolist():
+            method = zipfile.ZIP_DEFLATED if "/data/weights/" in info.filename else 0
+            out.writestr(info.filename, source.read(info), compress_type=method)
+    source_tensors = _source(deflated)
+    with source_tensors.opened() as opened:
+        assert opened.tensors == source_tensors.read()  # every one read, none mapped
+    target = tmp_path / "out.pt2"
+    jobs.job_deserialize_to_pt2(schema.dump(serialized["conv"].doc), source_tensors, target)
+    assert torch.export.load(target) is not None
