@@ -1,4 +1,4 @@
-"""Tensor sizes and strides read in one Python step per list instead of one model per entry.
+"""Tensor sizes, strides and devices read as shared entries instead of one new model each.
 
 A tensor's sizes and strides are lists of SymInt, about a third of a document's objects; as
 models through pydantic's tagged union each costs the discriminator's call and a new model.
@@ -40,12 +40,17 @@ class SharedSymInts:
             out.append(made)
         return out
 
+    def validate_one(self, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A wrap validator for one SymInt: a shared entry, or the full validation."""
+        made = self._entry(value) if type(value) is dict and len(value) == 1 else None
+        return handler(value) if made is None else made
+
     def _entry(self, item: dict[str, Any]) -> Any:
         n = item.get("as_int")
         if type(n) is int:
             made = self.ints.get(n)
             if made is None:
-                made = self._keep(self.ints, n, item)
+                made = _keep(self.ints, n, self.as_int, item)
             return made
         expr = item.get("as_expr")
         key = _expr_key(expr) if type(expr) is dict else None
@@ -53,18 +58,48 @@ class SharedSymInts:
             return None
         made = self.exprs.get(key)
         if made is None:
-            made = self._keep(self.exprs, key, item)
+            made = _keep(self.exprs, key, self.as_expr, item)
         return made
 
-    def _keep(self, table: dict[Any, BaseModel], key: Any, item: dict[str, Any]) -> Any:
-        cls = self.as_int if "as_int" in item else self.as_expr
-        try:
-            made = cls.model_validate(item, extra="forbid")
-        except ValidationError:
+
+class SharedScalarStructs:
+    """The shared instances of a struct whose fields are all scalars (a Device), keyed by
+    their wire form."""
+
+    def __init__(self, cls: type[BaseModel]) -> None:
+        self.cls = cls
+        self.table: dict[tuple[Any, ...], BaseModel] = {}
+
+    def validate(self, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A wrap validator for the struct: a shared instance, or the full validation."""
+        key = _scalars_key(value) if type(value) is dict else None
+        made = None if key is None else self.table.get(key)
+        if made is None and key is not None:
+            made = _keep(self.table, key, self.cls, value)
+        return handler(value) if made is None else made
+
+
+def _keep(table: dict[Any, BaseModel], key: Any, cls: type[BaseModel], item: Any) -> Any:
+    """A new shared entry validated from `item`, or None where the full validation must
+    speak (its errors, or extras it may keep)."""
+    try:
+        made = cls.model_validate(item, extra="forbid")
+    except ValidationError:
+        return None
+    if len(table) >= _LIMIT:
+        table.clear()
+    return table.setdefault(key, made)
+
+
+def _scalars_key(item: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The table key of an object whose values are all scalars or null, else None (the
+    types are part of it: 1, 1.0 and true are written differently)."""
+    key = []
+    for name, value in item.items():
+        if value is not None and type(value) not in _SCALARS:
             return None
-        if len(table) >= _LIMIT:
-            table.clear()
-        return table.setdefault(key, made)
+        key.append((name, type(value), value))
+    return tuple(key)
 
 
 def _expr_key(expr: dict[str, Any]) -> tuple[Any, ...] | None:

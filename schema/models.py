@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import ConfigDict, Field, WrapValidator
 
 from schema._base import Arm, OneOf, Struct, Version, Wire, WireFloat
-from schema._compact import SharedSymInts
+from schema._compact import SharedScalarStructs, SharedSymInts
 
 V5_3: Version = (5, 3)
 V7_3: Version = (7, 3)
@@ -116,6 +116,9 @@ ENUMS: dict[type[IntEnum], tuple[Version, dict[IntEnum, Version]]] = {
 class Device(Struct):
     """A device such as ``cpu`` or ``cuda:0``."""
 
+    #: shared between tensors (see `SharedDevice`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     type: Annotated[str, W(10)]
     index: Annotated[int | None, W(20)] = None
 
@@ -182,6 +185,8 @@ class SymIntAsInt(Arm):
 
 SymInt = Annotated[SymIntAsExpr | SymIntAsInt, OneOf("SymInt")]
 
+#: A tensor's device: one shared instance per device (see schema._compact).
+SharedDevice = Annotated[Device, WrapValidator(SharedScalarStructs(Device).validate)]
 _SHARED = SharedSymInts(SymIntAsInt, SymIntAsExpr)
 #: Tensor sizes and strides: read a list at a time, with shared entries (see schema._compact).
 SymInts = Annotated[list[SymInt], WrapValidator(_SHARED.validate)]
@@ -225,7 +230,7 @@ class TensorMeta(Struct):
     dtype: Annotated[ScalarType, W(10)]
     sizes: Annotated[SymInts, W(20)]
     requires_grad: Annotated[bool, W(30)]
-    device: Annotated[Device, W(40)]
+    device: Annotated[SharedDevice, W(40)]
     strides: Annotated[SymInts, W(50)]
     storage_offset: Annotated[SharedSymInt, W(60)]
     layout: Annotated[Layout, W(70)]

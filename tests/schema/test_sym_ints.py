@@ -1,4 +1,4 @@
-"""Tensor sizes and strides read a list at a time (schema._compact): the same models, values,
+"""Tensor sizes, strides and devices as shared entries (schema._compact): the same models, values,
 errors and extras as the full validation, with shared, frozen entries."""
 
 from __future__ import annotations
@@ -111,3 +111,44 @@ def test_built_lists_are_kept_as_given() -> None:
     sizes = [SymIntAsInt(as_int=2), SymIntAsInt(as_int=3)]
     meta = schema.load(_meta([{"as_int": 2}]), TensorMeta).model_copy(update={"sizes": sizes})
     assert meta.sizes is sizes
+
+
+def _with_device(device: Any) -> bytes:
+    meta = orjson.loads(_meta([{"as_int": 2}]))
+    meta["device"] = device
+    return orjson.dumps(meta)
+
+
+def test_devices_are_shared_frozen_and_read_as_before() -> None:
+    one = schema.load(_with_device({"type": "cpu", "index": None}), TensorMeta)
+    two = schema.load(_with_device({"type": "cpu", "index": None}), TensorMeta)
+    bare = schema.load(_with_device({"type": "cpu"}), TensorMeta)
+    cuda = schema.load(_with_device({"type": "cuda", "index": 1}), TensorMeta)
+    assert one.device is two.device
+    assert bare.device is not one.device
+    assert bare.device.model_fields_set == {"type"}
+    assert one.device.model_fields_set == {"type", "index"}
+    assert (cuda.device.type, cuda.device.index) == ("cuda", 1)
+    with pytest.raises(ValidationError, match="frozen"):
+        one.device.index = 0
+
+
+@pytest.mark.parametrize(
+    ("device", "code", "path"),
+    [
+        ({"type": 3}, "wrong-type", "/device/type"),
+        ({"type": "cpu", "index": True}, "wrong-type", "/device/index"),
+        ({"index": 0}, "missing-field", "/device/type"),
+        ("cpu", "wrong-type", "/device"),
+    ],
+)
+def test_bad_devices_fail_as_before(device: Any, code: str, path: str) -> None:
+    with pytest.raises(schema.DocumentInvalid) as err:
+        schema.load(_with_device(device), TensorMeta)
+    assert [(i.code, i.path) for i in err.value.issues] == [(code, path)]
+
+
+def test_unknown_keys_of_a_device_are_kept() -> None:
+    read = schema.read(_with_device({"type": "cpu", "index": None, "later": 1}), TensorMeta)
+    assert read.unknown_fields == ["/device/later"]
+    assert orjson.loads(schema.dump(read.document))["device"]["later"] == 1
