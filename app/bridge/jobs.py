@@ -1,9 +1,10 @@
 """The torch jobs the service submits to the worker pool: plain bytes, paths and dicts in and out.
 
 Importable without torch (the server names these functions); torch is imported in the worker.
-Tensors are named by a `TensorSource` and read here, in the worker, never in the service.
-Validation at level torch and deserialization are one job (`_torch_job`): the same checks and
-the same build by torch's deserializer, so a program one accepts the other rebuilds.
+Tensors are named by a `TensorSource` and mapped or read here, in the worker, never in the
+service. Validation at level torch and deserialization are one job (`_torch_job`): the same
+checks and the same build by torch's deserializer, so a program one accepts the other rebuilds;
+what needs nothing torch makes (the CRC check, or the output file) runs beside the build.
 """
 
 from __future__ import annotations
