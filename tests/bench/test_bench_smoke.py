@@ -6,6 +6,7 @@ import dataclasses
 import io
 import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,9 @@ def test_smoke_run_prints_a_table_where_every_check_passed(
     assert "| benchmark |" in written
     assert "**CPU**" in written
     assert "torch 2." in written
+    # issue 20 item 4: the server's idle footprint, by process role, with its verdict
+    assert "## Idle footprint" in written
+    assert re.search(r"\*\*idle footprint\*\*: [\d,]+ MB RSS in all .*: (MET|MISSED)", written)
 
 
 def test_a_failed_check_stops_the_runs_and_prints_fail() -> None:
