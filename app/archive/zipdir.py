@@ -13,6 +13,7 @@ bomb cannot hide below it by being small when compressed.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -154,6 +155,7 @@ def check_name(name: str) -> None:
         raise ArchiveFailure("archive-bad-name", f"member name {show_name(name)} {problem}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _name_problem(name: str) -> str:
     if not name:
         return "is empty"
@@ -464,6 +466,8 @@ def _where(entry: _Entry) -> str:
 def _same_fields(described: bool, local: tuple[int, int, int], entry: _Entry) -> None:
     """A local header's CRC-32 and sizes against the directory's."""
     central = (entry.crc, entry.compressed_size, entry.size)
+    if local == central or (described and local == (0, 0, 0)):
+        return
     for label, mine, theirs in zip(
         ("CRC-32", "compressed size", "size"), local, central, strict=True
     ):
