@@ -64,14 +64,24 @@ def _insert(conn: Connection) -> Any:
 
 def claim(conn: Connection, sizes: dict[str, int]) -> set[str]:
     """Touch each object's row (adding it as not present); those already present."""
-    stamp = now()
-    for digest, size in sorted(sizes.items()):
-        conn.execute(
-            _insert(conn)(blob_objects)
-            .values(digest=digest, size=size, present=False, touched_at=stamp)
-            .on_conflict_do_update(index_elements=["digest"], set_={"touched_at": stamp})
-        )
+    _upsert(conn, sizes, present=False)
     return present(conn, sizes)
+
+
+def _upsert(conn: Connection, sizes: dict[str, int], present: bool) -> None:
+    """Add the objects' rows (`present` as given) or touch them (and mark them present if
+    `present`): one statement for all, rows in digest order (concurrent pushes lock alike)."""
+    if not sizes:
+        return
+    stamp = now()
+    update: dict[str, Any] = {"touched_at": stamp, **({"present": True} if present else {})}
+    conn.execute(
+        _insert(conn)(blob_objects).on_conflict_do_update(index_elements=["digest"], set_=update),
+        [
+            {"digest": digest, "size": size, "present": present, "touched_at": stamp}
+            for digest, size in sorted(sizes.items())
+        ],
+    )
 
 
 def present(conn: Connection, digests: Iterable[str]) -> set[str]:
@@ -91,15 +101,7 @@ def present(conn: Connection, digests: Iterable[str]) -> set[str]:
 
 def mark_present(conn: Connection, sizes: dict[str, int]) -> None:
     """Record the objects as stored."""
-    stamp = now()
-    for digest, size in sorted(sizes.items()):
-        conn.execute(
-            _insert(conn)(blob_objects)
-            .values(digest=digest, size=size, present=True, touched_at=stamp)
-            .on_conflict_do_update(
-                index_elements=["digest"], set_={"present": True, "touched_at": stamp}
-            )
-        )
+    _upsert(conn, sizes, present=True)
 
 
 def record_archive(conn: Connection, digest: str, layout: Layout) -> None:

@@ -3,9 +3,11 @@ skeleton and its distinct tensor payloads, staged locally, claimed, uploaded, th
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Connection
 
@@ -14,6 +16,8 @@ from app.registry.blobs import BlobStore, Piece, Staged
 from app.registry.db import Database
 from app.registry.packing import Layout, cut, payload_spans
 from app.settings import Limits
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -45,21 +49,19 @@ def stage_parts(blobs: BlobStore, archive: Staged, canonical: Staged, limits: Li
     skeleton = blobs.stage()
     into = [blobs.staging.fresh() for _ in spans]
     files = [archive.path, canonical.path, skeleton.path, *into]
+    # the payloads are readied (a local store copies and fsyncs each) by other threads while
+    # this one hashes them: the disk writes while the CPU hashes
+    carving = [
+        blobs.workers.submit(blobs.objects.carve, archive.path, offset, size, path)
+        for (offset, size), path in zip(spans, into, strict=True)
+    ]
     try:
-        # the payloads are readied (a local store copies and fsyncs each) by other threads
-        # while this one hashes them: the disk writes while the CPU hashes
-        with ThreadPoolExecutor(blobs.objects.parallel) as pool:
-            carving = [
-                pool.submit(blobs.objects.carve, archive.path, offset, size, path)
-                for (offset, size), path in zip(spans, into, strict=True)
-            ]
-            try:
-                layout = cut(archive.path, spans, skeleton)
-            except BaseException:
-                pool.shutdown(cancel_futures=True)
-                raise
-            carved = [future.result() for future in carving]
+        layout = cut(archive.path, spans, skeleton)
+        carved = [future.result() for future in carving]
     except BaseException:
+        for future in carving:
+            future.cancel()
+        wait(carving)
         skeleton.discard()
         for path in files[1:]:
             path.unlink(missing_ok=True)
@@ -75,6 +77,15 @@ def stage_parts(blobs: BlobStore, archive: Staged, canonical: Staged, limits: Li
     return parts
 
 
+def _each(blobs: BlobStore, action: Callable[[_T], None], items: list[_T]) -> None:
+    """Run `action` on every item on the blob workers; all are done before an error is raised
+    (none is left reading a staged file the failed push then removes)."""
+    futures = [blobs.workers.submit(action, item) for item in items]
+    wait(futures)
+    for future in futures:
+        future.result()
+
+
 def upload(db: Database, blobs: BlobStore, parts: Parts) -> None:
     """Claim the objects and store those not stored yet, outside any lock."""
     with db.write(blobs="shared") as conn:
@@ -87,8 +98,7 @@ def upload(db: Database, blobs: BlobStore, parts: Parts) -> None:
 
     # several at once: an object store's requests wait on the network, a directory's fsyncs on
     # the disk, not on this CPU
-    with ThreadPoolExecutor(blobs.objects.parallel) as pool:
-        list(pool.map(store, sorted(parts.pieces.items())))
+    _each(blobs, store, sorted(parts.pieces.items()))
 
 
 def commit(conn: Connection, blobs: BlobStore, parts: Parts) -> None:
@@ -102,7 +112,6 @@ def commit(conn: Connection, blobs: BlobStore, parts: Parts) -> None:
             blobs.objects.put(parts.pieces[digest], digest)
 
     # several at once: the transaction (on SQLite, every writer's) waits on these requests
-    with ThreadPoolExecutor(blobs.objects.parallel) as pool:
-        list(pool.map(restore, sorted(set(parts.pieces) - have)))
+    _each(blobs, restore, sorted(set(parts.pieces) - have))
     objects.mark_present(conn, parts.sizes)
     objects.record_archive(conn, parts.archive, parts.layout)

@@ -9,6 +9,7 @@ local staging directory first (`staging`), then placed as objects named by their
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
@@ -48,9 +49,13 @@ class BlobStore:
             settings.blob_url, settings.data_dir, settings.blob_part_mb * 1024 * 1024
         )
         self.staging = Staging(settings.data_dir)
+        #: threads a push readies, uploads and re-checks its objects on (`objects.parallel` at
+        #: once in this process), started once: a push would spend more starting its own
+        self.workers = ThreadPoolExecutor(self.objects.parallel, "blobs")
 
     def close(self) -> None:
         """Remove this process's staging directory."""
+        self.workers.shutdown(wait=True, cancel_futures=True)
         self.staging.close()
 
     def stage(self) -> Staged:

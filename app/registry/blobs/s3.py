@@ -9,17 +9,21 @@ stream one GET from the current position, and a seek elsewhere starts a ranged G
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import boto3
+import urllib3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from urllib3 import BaseHTTPResponse
+from urllib3.util.retry import Retry
 
 from app.registry.blobs.base import Listed, Piece, Reader, Upload, is_digest, open_window
 
@@ -27,10 +31,17 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 MiB = 1024 * 1024
-#: requests one push (and one multipart upload) has in flight at once
+#: parts one multipart upload has in flight at once
 _PARALLEL = 4
-#: objects one pull fetches ahead of its read at most (their first MiBs, see packing)
+#: objects one push uploads at once, and one pull fetches ahead of its read at most (their
+#: first MiBs, see packing): small objects' requests wait on the store, not on this CPU
 _AHEAD = 16
+#: connections kept to the store, for requests of every thread
+_POOL = 64
+#: a presigned read is used at once; the URL's life only needs to cover the request
+_URL_TTL_S = 900
+#: GETs are idempotent: connection failures and the store's 5xx answers are retried
+_RETRIES = Retry(total=4, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504))
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
 _KEY = re.compile(r"([0-9a-f]{2})/([0-9a-f]{64})")
 
@@ -47,7 +58,7 @@ def client_from_env() -> S3Client:
     config = Config(
         s3={"addressing_style": "path" if endpoint else "auto"},
         retries={"max_attempts": 5, "mode": "standard"},
-        max_pool_connections=64,
+        max_pool_connections=_POOL,
         # uploads are checked by the store (an object must hold the bytes its sha256 names);
         # a CRC32 of every download would cost a pull as much CPU as its requests: a pulled
         # archive's sha256 is its ETag, for the client to check
@@ -64,13 +75,16 @@ class S3Objects:
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.location = f"s3://{bucket}/{self.prefix}"
         self.client = client_from_env()
-        self.parallel = _PARALLEL
+        self.parallel = _AHEAD
         self.read_ahead = _AHEAD
         self._part_bytes = part_bytes
         self._transfer = TransferConfig(
             multipart_threshold=part_bytes,
             multipart_chunksize=part_bytes,
             max_concurrency=_PARALLEL,
+        )
+        self._http = urllib3.PoolManager(
+            maxsize=_POOL, ca_certs=os.environ.get("AWS_CA_BUNDLE") or None
         )
         self._ensure_bucket()
 
@@ -125,16 +139,28 @@ class S3Objects:
     def open(self, digest: str) -> BinaryIO:
         """A seekable reader of the object (FileNotFoundError if it is not stored)."""
         key = self.key(digest)
-        try:
-            # the GET a read needs anyway tells the size: no HEAD first
-            answer = self.client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as error:
-            if _missing(error):
-                raise FileNotFoundError(key) from None
-            raise
-        raw = _ObjectReader(self.client, self.bucket, key, answer["ContentLength"])
-        raw.start(answer["Body"])
+        # the GET a read needs anyway tells the size: no HEAD first
+        raw = _ObjectReader(functools.partial(self._get, key), key)
         return cast(BinaryIO, io.BufferedReader(raw, buffer_size=MiB))
+
+    def _get(self, key: str, start: int) -> BaseHTTPResponse:
+        """A streaming GET of the object from byte `start`: a presigned URL fetched by urllib3
+        (the HTTP library botocore itself uses), as a botocore call costs a pull of many small
+        objects more CPU than their bytes do; signed afresh each time, so never expired."""
+        url = self.client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=_URL_TTL_S
+        )
+        headers = {"Range": f"bytes={start}-"} if start else {}
+        answer = self._http.request(
+            "GET", url, headers=headers, preload_content=False, retries=_RETRIES
+        )
+        if answer.status in (200, 206):
+            return answer
+        detail = answer.read(1000)
+        answer.release_conn()
+        if answer.status == 404:
+            raise FileNotFoundError(key)
+        raise OSError(f"GET {key} answered HTTP {answer.status}: {detail[:300]!r}")
 
     def remove(self, digest: str) -> None:
         """Delete the object."""
@@ -194,13 +220,12 @@ class S3Objects:
 class _ObjectReader(Reader):
     """An object read through one streaming GET, restarted with a Range where a seek lands."""
 
-    def __init__(self, client: S3Client, bucket: str, key: str, size: int) -> None:
-        super().__init__(size)
-        self._client = client
-        self._bucket = bucket
+    def __init__(self, get: Callable[[int], BaseHTTPResponse], key: str) -> None:
+        self._get = get
         self._key = key
-        self._body: Any = None
-        self._body_pos = -1
+        self._body: BaseHTTPResponse | None = get(0)
+        self._body_pos = 0
+        super().__init__(int(self._body.headers["Content-Length"]))
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
@@ -208,31 +233,22 @@ class _ObjectReader(Reader):
         if want <= 0:
             return 0
         if self._body is None or self._body_pos != self._pos:
-            self._restart()
-        data = self._body.read(want)
-        if not data:
+            self._drop()
+            self._body = self._get(self._pos)
+        got = self._body.readinto(view[:want])
+        if not got:
             raise OSError(f"{self._key} ended at byte {self._pos} of {self._size}")
-        view[: len(data)] = data
-        self._pos += len(data)
+        self._pos += got
         self._body_pos = self._pos
-        return len(data)
-
-    def start(self, body: Any) -> None:
-        """Read from `body`, a GET's stream from the first byte."""
-        self._body = body
-        self._body_pos = 0
-
-    def _restart(self) -> None:
-        self._drop()
-        answer = self._client.get_object(
-            Bucket=self._bucket, Key=self._key, Range=f"bytes={self._pos}-"
-        )
-        self._body = answer["Body"]
-        self._body_pos = self._pos
+        return got
 
     def _drop(self) -> None:
         if self._body is not None:
-            self._body.close()
+            if self._body_pos == self._size:
+                self._body.release_conn()
+            else:
+                # unread bytes would have to be drained first: the connection goes instead
+                self._body.close()
             self._body = None
 
     def close(self) -> None:
