@@ -88,6 +88,13 @@ class LocalObjects:
         self.parallel = _PARALLEL
         self.read_ahead = 0
         root.mkdir(parents=True, exist_ok=True)
+        # every folder made once, here: a push into a young store would otherwise make (and
+        # fsync the root for) most of its objects' folders one by one
+        missing = [root / f"{i:02x}" for i in range(256) if not (root / f"{i:02x}").is_dir()]
+        for folder in missing:
+            folder.mkdir(exist_ok=True)
+        if missing:
+            _fsync_dir(root)
 
     def path(self, digest: str) -> Path:
         """Where the object `digest` lives (whether or not it exists)."""
