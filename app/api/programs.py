@@ -42,6 +42,13 @@ class SerializeResponse(BaseModel):
     weights: list[ManifestEntry]
 
 
+class LargeFileResponse(FileResponse):
+    """A file answer sent in 4 MiB chunks, not Starlette's 64 KiB: a 350 MB .pt2 goes out in
+    under a hundred sends rather than thousands (each a thread hop and an event-loop turn)."""
+
+    chunk_size = 4 * 1024 * 1024
+
+
 def _source_media(part: Part) -> ops.Media:
     if part.media not in ("zip", "json"):
         raise ServiceError("unsupported-media-type", "send a .pt2 archive or a JSON document")
@@ -125,8 +132,9 @@ def deserialize(
     checked = output.with_name("document.json")  # in the output's folder, removed with it
     given = weights.path if weights else None
     tensors = work.run(jobs.job_buildable, document, settings, model, given, checked)
-    pool.submit("job_deserialize_to_pt2", checked, tensors, output)
-    return FileResponse(output, media_type=ZIP, filename="program.pt2")
+    # the body is sent, then removed: not worth an fsync
+    pool.submit("job_deserialize_to_pt2", checked, tensors, output, False)
+    return LargeFileResponse(output, media_type=ZIP, filename="program.pt2")
 
 
 @router.post(

@@ -29,11 +29,13 @@ def job_ping() -> int:
     return os.getpid()
 
 
-def job_deserialize_to_pt2(doc_json: bytes | Path, tensors: TensorSource, target: Path) -> None:
+def job_deserialize_to_pt2(
+    doc_json: bytes | Path, tensors: TensorSource, target: Path, keep: bool = True
+) -> None:
     """Write to `target` the .pt2 of the program torch builds from a document (its bytes, or a
     file of them) and its tensors; fails with what `job_torch_check` reports when torch cannot
-    build it."""
-    _torch_job(doc_json, tensors, target)
+    build it. A `target` that is not to be `keep`t (sent, then removed) is not fsynced."""
+    _torch_job(doc_json, tensors, (target, keep))
 
 
 def job_torch_check(doc_json: bytes | Path, tensors: TensorSource) -> dict[str, Any]:
@@ -43,15 +45,16 @@ def job_torch_check(doc_json: bytes | Path, tensors: TensorSource) -> dict[str, 
 
 
 def _torch_job(
-    doc_json: bytes | Path, tensors: TensorSource, target: Path | None
+    doc_json: bytes | Path, tensors: TensorSource, output: tuple[Path, bool] | None
 ) -> dict[str, Any]:
     from app.bridge.checks import check_and_build
 
     doc = _document(doc_json)
+    target = output[0] if output is not None else None
     try:
         with tensors.opened() as opened:
             # the output (or the CRC check) needs nothing torch makes: done while torch builds
-            side = _Side(_writer(doc, opened, target) if target is not None else opened.verify)
+            side = _Side(_writer(doc, opened, output) if output is not None else opened.verify)
             try:
                 built = check_and_build(doc, opened.tensors)
             finally:
@@ -74,14 +77,18 @@ def _verdict(built: Built, target: Path | None) -> dict[str, Any]:
     return built.check.to_dict()
 
 
-def _writer(doc: schema.ExportedProgram, opened: Opened, target: Path) -> Callable[[], None]:
-    """Writing the output into `target`, the caller's own temporary file (see app.bridge.output)."""
+def _writer(
+    doc: schema.ExportedProgram, opened: Opened, output: tuple[Path, bool]
+) -> Callable[[], None]:
+    """Writing the output into its target, the caller's own temporary file, durable if it is
+    kept (see app.bridge.output)."""
     from app.bridge.exported import write_built
 
     streamed = opened.streamed()
+    target, keep = output
 
     def write() -> None:
-        with durable(target) as out:
+        with durable(target, keep=keep) as out:
             write_built(doc, streamed, out)
 
     return write

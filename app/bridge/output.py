@@ -5,6 +5,8 @@ service answers with it and removes it), so the job writes that file in place. I
 before the job reports success, as every file we write is; but it asks the kernel to start
 writing each few MiB to disk as soon as they are passed (sync_file_range, Linux), so that the
 final fsync waits for the last blocks only, while torch builds, rather than for the whole file.
+A file that is sent and removed (the service's response body) is not made durable at all: its
+fsync would make the client wait for a disk write of bytes nobody reads back.
 """
 
 from __future__ import annotations
@@ -67,13 +69,17 @@ class EagerFile:
 
 
 @contextmanager
-def durable(target: Path, step: int = WRITEBACK_STEP) -> Iterator[EagerFile]:
-    """`target` opened for writing in place, fsynced when the block ends; removed if it raises."""
+def durable(
+    target: Path, step: int = WRITEBACK_STEP, *, keep: bool = True
+) -> Iterator[EagerFile | BinaryIO]:
+    """`target` opened for writing in place, fsynced when the block ends if it is to be `keep`t
+    (a passing file is written plainly); removed if it raises."""
     try:
         with target.open("wb") as file:
-            yield EagerFile(file, step)
+            yield EagerFile(file, step) if keep else file
             file.flush()
-            os.fsync(file.fileno())
+            if keep:
+                os.fsync(file.fileno())
     except BaseException:
         with contextlib.suppress(OSError):
             target.unlink()
