@@ -113,23 +113,21 @@ async def stream_body(
     if length.isdigit() and int(length) > limit:
         raise ServiceError("payload-too-large", too_large)
     size = 0
-    chunks = request.stream()
+    loop = asyncio.get_running_loop()
     try:
-        while True:
-            try:
-                chunk = await asyncio.wait_for(anext(chunks), idle_s if idle_s > 0 else None)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                raise ServiceError(
-                    "body-timeout", f"the body sent nothing for {idle_s} seconds"
-                ) from None
-            size += len(chunk)
-            if size > limit:
-                raise ServiceError("payload-too-large", too_large)
-            write(chunk)
+        # one deadline moved on as each chunk comes (wait_for would make a task per 64 KiB chunk)
+        async with asyncio.timeout_at(loop.time() + idle_s if idle_s > 0 else None) as deadline:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ServiceError("payload-too-large", too_large)
+                write(chunk)
+                if idle_s > 0:
+                    deadline.reschedule(loop.time() + idle_s)
     except ClientDisconnect:
         raise ServiceError("bad-request", "the client disconnected mid-upload") from None
+    except TimeoutError:
+        raise ServiceError("body-timeout", f"the body sent nothing for {idle_s} seconds") from None
     if size == 0:
         raise ServiceError("bad-request", "the request body is empty")
     return size
