@@ -157,6 +157,10 @@ def _operators(arg: Any, path: str) -> Iterator[tuple[str, str]]:
             yield sub.as_operator, f"{where}/as_operator"
 
 
+#: The verdicts that refuse a target (the namespace note is advisory).
+_REFUSING_CODES = ("unsafe-target", "unsafe-operator")
+
+
 @functools.lru_cache(maxsize=4096)
 def _verdict(target: str) -> tuple[str, str] | None:
     """What resolving `target` earns: ("unsafe-target" or "unsafe-operator", why), or
@@ -176,7 +180,7 @@ def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
     if verdict is None:
         return
     code, detail = verdict
-    if code != "operator-namespace-to-register":
+    if code in _REFUSING_CODES:
         found.add(code, "error", at, detail)
         return
     namespace = detail
