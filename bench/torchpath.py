@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,17 +253,24 @@ def measure_http(program: Program, runs: int, work: Path) -> Measured:
         service.stop_server(server)
 
 
+#: The piece of the answer the client reads and writes at a time.
+_ANSWER_CHUNK = 4 * 1024 * 1024
+
+
 def _deserialize_over_http(server: Any, body: bytes, target: Path) -> None:
+    """POST the archive as a plain body; the answer goes to `target` as it arrives, as a client
+    saving a 350 MB file would (not joined in memory first)."""
     conn = http.client.HTTPConnection(server.host, server.port, timeout=600)
     try:
         conn.request("POST", "/v1/deserialize", body=body, headers={"Content-Type": ZIP})
         response = conn.getresponse()
-        answer = response.read()
+        if response.status != 200:
+            answer = response.read()
+            raise CheckFailed(f"/v1/deserialize answered {response.status}: {answer[:300]!r}")
+        with target.open("wb") as out:
+            shutil.copyfileobj(response, out, _ANSWER_CHUNK)
     finally:
         conn.close()
-    if response.status != 200:
-        raise CheckFailed(f"/v1/deserialize answered {response.status}: {answer[:300]!r}")
-    target.write_bytes(answer)
 
 
 def measure(cache: Cache, runs: int = 3, *, http: bool = True) -> list[Row]:
