@@ -202,17 +202,17 @@ _NO_DEFAULT: Any = object()
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """What the walk of a document needs of one model class."""
+class _Field:
+    """What the walk of a document needs of one field of a model class."""
 
-    #: per field: name, feature path, kind, first version, default (or _NO_DEFAULT)
-    fields: tuple[tuple[str, str, FeatureKind, Version, Any], ...]
-    #: the newest field or arm version reachable below the class, enum values aside
-    ceiling: Version
-    #: fields holding an enum value directly
-    enum_fields: tuple[str, ...]
-    #: whether enums also occur deeper than the direct fields
-    deep_enums: bool
+    name: str
+    #: the feature the field is: ``Type.field``, or ``Union.arm`` for an arm's one field
+    path: str
+    kind: FeatureKind
+    since: Version
+    default: Any
+    #: the newest version a value of the field can hold below it (fields, arms, enum values)
+    below: Version
 
 
 def _types_in(annotation: Any) -> list[type]:
@@ -232,39 +232,65 @@ def _field_types(model: type[BaseModel]) -> dict[str, list[type]]:
     return {name: _types_in(field_annotation(i)) for name, i in model.model_fields.items()}
 
 
+def _enum_newest(enum: type) -> Version:
+    since, values = ENUMS.get(enum, (FIRST_KNOWN, {}))
+    return max([since, *values.values()])
+
+
+def _own_newest(model: type[BaseModel]) -> Version:
+    """The newest field of `model` or enum value its fields hold directly."""
+    fields = [field_wire(i).since for i in model.model_fields.values()]
+    enums = [_enum_newest(t) for ts in _field_types(model).values() for t in ts if t in ENUMS]
+    return max([FIRST_KNOWN, *fields, *enums])
+
+
 @functools.cache
-def _plan(model: type[BaseModel]) -> _Plan:
+def _ceiling(model: type[BaseModel]) -> Version:
+    """The newest version an instance of `model` can use: in every class it reaches, cycles too."""
+    best = FIRST_KNOWN
+    seen: set[type] = set()
+    stack: list[type] = [model]
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        best = max(best, _own_newest(t))
+        stack.extend(n for ts in _field_types(t).values() for n in ts if issubclass(n, BaseModel))
+    return best
+
+
+def _below(types: list[type]) -> Version:
+    return max(
+        [FIRST_KNOWN]
+        + [_ceiling(t) if issubclass(t, BaseModel) else _enum_newest(t) for t in types]
+    )
+
+
+@functools.cache
+def _plan(model: type[BaseModel]) -> tuple[_Field, ...]:
+    """What the walk of a document needs of each field of `model`."""
     defaults = struct_defaults(model)
     arm = _arms().get(model) if issubclass(model, Arm) else None
     kind: FeatureKind = "arm" if arm else "field"
-    fields = tuple(
-        (
+    types = _field_types(model)
+    return tuple(
+        _Field(
             name,
             arm or f"{model.__name__}.{name}",
             kind,
             field_wire(info).since,
             defaults.get(name, _NO_DEFAULT),
+            _below(types[name]),
         )
         for name, info in model.model_fields.items()
     )
-    direct = _field_types(model)
-    enum_fields = tuple(n for n, ts in direct.items() if any(issubclass(t, IntEnum) for t in ts))
-    ceiling = max([FIRST_KNOWN, *(f[3] for f in fields)])
-    deep_enums = False
-    seen: set[type] = {model}
-    stack = [t for ts in direct.values() for t in ts if issubclass(t, BaseModel)]
-    while stack:
-        nested = stack.pop()
-        if nested in seen:
-            continue
-        seen.add(nested)
-        ceiling = max([ceiling, *(field_wire(i).since for i in nested.model_fields.values())])
-        for t in (t for ts in _field_types(nested).values() for t in ts):
-            if issubclass(t, IntEnum):
-                deep_enums = True
-            elif issubclass(t, BaseModel):
-                stack.append(t)
-    return _Plan(fields, ceiling, enum_fields, deep_enums)
+
+
+@functools.cache
+def _live(model: type[BaseModel], best: Version) -> tuple[_Field, ...]:
+    """The fields of `model` that can raise a document's newest version above `best`."""
+    return tuple(f for f in _plan(model) if f.since > best or f.below > best)
 
 
 @dataclass(frozen=True)
@@ -297,19 +323,16 @@ def _walk(doc: BaseModel, found: dict[str, Use] | None) -> Version:
     while stack:
         value, seen_from = stack.pop()
         if isinstance(value, BaseModel):
-            plan = _plan(type(value))
-            if found is None and plan.ceiling <= best and not plan.deep_enums:
-                # nothing below can raise the version but the enum values held right here
-                stack.extend((getattr(value, name), seen_from) for name in plan.enum_fields)
-                continue
-            for name, path, kind, since, default in plan.fields:
-                item = getattr(value, name)
-                if default is not _NO_DEFAULT and item == default:
+            # unnoted, only what can raise the version above the newest met so far is looked at
+            fields = _plan(type(value)) if found is not None else _live(type(value), best)
+            for f in fields:
+                item = getattr(value, f.name)
+                if f.default is not _NO_DEFAULT and item == f.default:
                     continue
-                best = max(best, since)
-                note(path, since, kind, seen_from)
+                best = max(best, f.since)
+                note(f.path, f.since, f.kind, seen_from)
                 if isinstance(item, _WALKED):
-                    stack.append((item, max(seen_from, since)))
+                    stack.append((item, max(seen_from, f.since)))
         elif isinstance(value, list | dict):
             items = value.values() if isinstance(value, dict) else value
             stack.extend((item, seen_from) for item in items if isinstance(item, _WALKED))
