@@ -97,7 +97,7 @@ def serialize(
     part = _job_upload(_archive_part(upload.one("file", "archive")))
     bundle = weights == "safetensors"
     work.run(jobs.job_serialize, part, settings, bundle, output)
-    return FileResponse(output, media_type=ZIP if bundle else "application/json")
+    return LargeFileResponse(output, media_type=ZIP if bundle else "application/json")
 
 
 @router.post(
