@@ -278,3 +278,51 @@ def test_newest_used_version_follows_torchs_history(
     # the cases reach from 8.2 documents to the newest features
     assert {(8, 7), (8, 14), (8, 17), (8, 20)} <= floors
     assert min(floors) <= (8, 2)
+
+
+def _subgraph(tree: dict[str, Any]) -> dict[str, Any]:
+    for node in tree["graph_module"]["graph"]["nodes"]:
+        for named in node["inputs"]:
+            if "as_graph" in named["arg"]:
+                found: dict[str, Any] = named["arg"]["as_graph"]["graph"]
+                return found
+    raise AssertionError("cond has a subgraph")
+
+
+@pytest.mark.parametrize(
+    "newer",
+    [
+        pytest.param(
+            lambda g: g["tensor_values"][next(iter(g["tensor_values"]))].update(
+                dtype=schema.ScalarType.UINT32.value
+            ),
+            id="dtype",
+        ),
+        pytest.param(
+            lambda g: g["nodes"][0]["inputs"].append(
+                {
+                    "name": "e",
+                    "arg": {"as_scalar_type": schema.ScalarType.FLOAT8E8M0FNU.value},
+                    "kind": 2,
+                }
+            ),
+            id="enum-arm",
+        ),
+        pytest.param(
+            lambda g: g["nodes"][0]["inputs"].append(
+                {"name": "e", "arg": {"as_float_lists": [[1.0]]}, "kind": 2}
+            ),
+            id="arm",
+        ),
+    ],
+)
+def test_newest_used_finds_one_newer_feature_deep_in_a_subgraph(
+    zoo_json: dict[str, bytes], newer: Any
+) -> None:
+    # the walk skips what cannot raise the newest version met so far: one 8.20 feature alone,
+    # deep inside a subgraph of a document otherwise at 8.17, must still be found
+    tree = orjson.loads(zoo_json["cond"])
+    assert newest_used(schema.load(orjson.dumps(tree))) == (8, 17)
+    newer(_subgraph(tree))
+    doc = schema.load(orjson.dumps(tree))
+    assert newest_used(doc) == max(u.since for u in used_features(doc).values()) == (8, 20)
