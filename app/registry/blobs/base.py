@@ -59,7 +59,7 @@ class Objects(Protocol):
 
     #: where the objects are, for messages (a directory or an s3:// URL)
     location: str
-    #: how many `put`s one push runs at once
+    #: how many `carve`s and `put`s run at once in a process (its blob store's threads)
     parallel: int
     #: how many objects a pull opens ahead of its read (0: opening one costs nothing)
     read_ahead: int
