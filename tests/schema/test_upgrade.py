@@ -119,6 +119,19 @@ def test_current_documents_pass_unchanged(zoo_json: dict[str, bytes]) -> None:
         assert orjson.loads(schema.dump(u.document)) == orjson.loads(zoo_json[name])
 
 
+def test_a_current_document_omitting_defaults_is_not_upgraded(zoo_json: dict[str, bytes]) -> None:
+    tree = orjson.loads(zoo_json["conv"])
+    del tree["guards_code"]
+    u = schema.upgrade(orjson.dumps(tree))
+    assert (u.from_version, u.to_version, u.steps) == ("8.20", "8.20", [])
+    assert u.document.guards_code == []
+    tree["schema_version"] = {"major": 8, "minor": 19}
+    assert schema.upgrade(orjson.dumps(tree)).steps == [
+        "filled ExportedProgram.guards_code with []",
+        "schema_version 8.19 -> 8.20",
+    ]
+
+
 # ---------------------------------------------------------------- 7.3
 
 
