@@ -18,8 +18,8 @@ from pathlib import Path
 from app.failure import Failure
 from app.files import write_atomic
 from app.registry import Registry
+from app.registry.gc import graph_answers
 from app.registry.records import VersionInfo
-from app.settings import Settings
 from app.workers.documents import DocumentRunner
 from app.workers.pushes import PushFiles, graph_bytes, job_graph
 
@@ -31,14 +31,10 @@ _building: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
 
 
-def _folder(settings: Settings) -> Path:
-    return settings.data_dir / "graphs"
-
-
 def cached_graph(registry: Registry, digest: str, build: Callable[[Path], None]) -> Path:
     """The file holding the graph answer of the archive `digest`, written by `build` (given
     where, and writing it atomically) if missing."""
-    target = _folder(registry.settings) / f"{digest}.json"
+    target = graph_answers(registry.settings) / f"{digest}.json"
     if target.exists():
         return target
     with _guard:
