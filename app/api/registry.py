@@ -163,7 +163,9 @@ async def staged_upload(
         staged.discard()
 
 
-StagedDep = Annotated[Staged, Depends(staged_upload)]
+#: removed as soon as the route returns: at request scope the upload stayed staged until the
+#: response was sent and its background task (the graph answer, seconds for a large program) ended
+StagedDep = Annotated[Staged, Depends(staged_upload, scope="function")]
 
 
 async def admitted_push(request: Request, staged: StagedDep) -> AsyncIterator[Work]:
