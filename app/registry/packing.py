@@ -138,6 +138,8 @@ class Rebuilt(Reader):
         self._ahead = ahead
         self._pool = ThreadPoolExecutor(ahead, "rebuilt") if ahead else None
         self._opening: dict[str, Future[BinaryIO]] = {}
+        #: the position of each open handle
+        self._at: dict[str, int] = {}
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
@@ -155,12 +157,15 @@ class Rebuilt(Reader):
         want = min(len(view), end - self._pos)
         handle = self._handle(digest, index)
         at = inner + self._pos - start
-        if handle.tell() != at:
+        # where each handle stands is known here (only this reader moves them): an unbuffered
+        # file's tell would be a system call per read
+        if self._at.get(digest) != at:
             handle.seek(at)
         # straight into the caller's buffer: a pull copies each byte once here
         got = handle.readinto(view[:want])  # type: ignore[attr-defined]
         if got != want:
             raise OSError(f"the object {digest} is shorter than the archive's layout says")
+        self._at[digest] = at + want
         self._pos += want
         return want
 
@@ -170,6 +175,7 @@ class Rebuilt(Reader):
         if handle is None:
             for other in [d for d in self._handles if d != self._skeleton]:
                 self._handles.pop(other).close()
+                self._at.pop(other, None)
             opening = self._opening.pop(digest, None)
             handle = self._open(digest) if opening is None else opening.result()
             self._handles[digest] = handle
