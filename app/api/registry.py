@@ -203,7 +203,7 @@ def _candidate(
             while chunk := source.read(_COPY_CHUNK):
                 served.write(chunk)
         served.finish()
-        return pushing.vetted.candidate(files.canonical.read_bytes(), served)
+        return Candidate(pushing.vetted, files.canonical.read_bytes(), served)
     except BaseException:
         served.discard()
         raise

@@ -11,7 +11,7 @@ not have unpickled with weights_only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,39 +30,30 @@ from app.settings import Settings
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A program that passed validation at level torch, ready to be stored."""
+class Vetted:
+    """What vetting a checked model finds, short of its bytes: what a document worker hands back
+    to the API process, which holds neither the program nor its canonical bytes until it stores
+    them."""
 
     archive_model: str
     digests: Digests
-    canonical: bytes
     schema_version: str
     min_schema_version: str
     readable_by: list[str]
     summary: Summary
-    #: the archive to store and serve (finished), written by us from what was checked
-    archive: Staged
     #: what was left out of the upload, and why
     warnings: list[Finding]
 
 
 @dataclass(frozen=True)
-class Vetted:
-    """A candidate short of its bytes: what a document worker hands back to the API process,
-    which holds neither the program nor its canonical bytes until it stores them."""
+class Candidate:
+    """A program that passed validation at level torch, ready to be stored: what vetting found,
+    its canonical bytes and the archive to serve."""
 
-    archive_model: str
-    digests: Digests
-    schema_version: str
-    min_schema_version: str
-    readable_by: list[str]
-    summary: Summary
-    warnings: list[Finding]
-
-    def candidate(self, canonical: bytes, archive: Staged) -> Candidate:
-        """The candidate these facts describe, with its canonical bytes and served archive."""
-        facts = {f.name: getattr(self, f.name) for f in fields(self)}
-        return Candidate(canonical=canonical, archive=archive, **facts)
+    vetted: Vetted
+    canonical: bytes
+    #: the archive to store and serve (finished), written by us from what was checked
+    archive: Staged
 
 
 def prepare(
@@ -75,7 +66,7 @@ def prepare(
         refuse_invalid(ops.validate(source, "torch", settings, runner, model))
         vetted, canonical = vet(source, settings, model, into)
     into.finish()
-    return vetted.candidate(canonical, into)
+    return Candidate(vetted, canonical, into)
 
 
 def refuse_invalid(report: Report) -> None:

@@ -116,7 +116,7 @@ class Registry:
         try:
             check_model_name(name)
             canonical = self.blobs.stage_bytes(candidate.canonical)
-            if canonical.digest != candidate.digests.graph:
+            if canonical.digest != candidate.vetted.digests.graph:
                 canonical.discard()
                 raise AssertionError("the canonical bytes do not hash to the graph digest")
             parts = storing.stage_parts(self.blobs, staged, canonical, self.settings.limits)
@@ -126,7 +126,7 @@ class Registry:
                 existing = conn.execute(
                     select(versions.c.version).where(
                         versions.c.model_id == model_id,
-                        versions.c.program_digest == candidate.digests.program,
+                        versions.c.program_digest == candidate.vetted.digests.program,
                         _live(),
                     )
                 ).scalar()
@@ -136,7 +136,7 @@ class Registry:
                     quotas.check_push(conn, self.quotas, model_id, name, actor, staged.size)
                     storing.commit(conn, self.blobs, parts)
                     self._insert(conn, model_id, number, parts, candidate, actor)
-                    after = {"version": number, "program_digest": candidate.digests.program}
+                    after = {"version": number, "program_digest": candidate.vetted.digests.program}
                     self._record(
                         conn,
                         Change(actor, "version.push", _target(name, number), name, after=after),
@@ -146,7 +146,7 @@ class Registry:
             return Pushed(
                 version=self.version(name, str(number)),
                 created=existing is None,
-                warnings=candidate.warnings,
+                warnings=candidate.vetted.warnings,
             )
         finally:
             if parts is not None:
@@ -183,23 +183,23 @@ class Registry:
             .values(
                 model_id=model_id,
                 version=number,
-                program_digest=candidate.digests.program,
-                graph_digest=candidate.digests.graph,
-                weights_digest=candidate.digests.weights,
+                program_digest=candidate.vetted.digests.program,
+                graph_digest=candidate.vetted.digests.graph,
+                weights_digest=candidate.vetted.digests.weights,
                 archive_digest=parts.archive,
                 archive_size=parts.layout.size,
-                archive_model=candidate.archive_model,
-                schema_version=candidate.schema_version,
-                min_schema_version=candidate.min_schema_version,
-                readable_by=candidate.readable_by,
-                summary=candidate.summary.model_dump(mode="json"),
+                archive_model=candidate.vetted.archive_model,
+                schema_version=candidate.vetted.schema_version,
+                min_schema_version=candidate.vetted.min_schema_version,
+                readable_by=candidate.vetted.readable_by,
+                summary=candidate.vetted.summary.model_dump(mode="json"),
                 created_at=now(),
                 created_by=actor.principal,
                 created_token=actor.token_id,
             )
             .returning(versions.c.id)
         ).scalar_one()
-        index_namespaces(conn, version_id, candidate.summary.operator_namespaces)
+        index_namespaces(conn, version_id, candidate.vetted.summary.operator_namespaces)
 
     def set_alias(
         self,

@@ -67,15 +67,15 @@ def test_a_push_is_vetted_in_a_document_worker_as_in_process(
     upload.write_bytes(archive)
     served = Staged(tmp_path / "served.pt2")
     expected = prepare(upload, settings, InProcessTorch(), served)
-    digests = expected.digests
+    digests = expected.vetted.digests
     assert pushed["digests"] == {
         "graph": digests.graph,
         "weights": digests.weights,
         "program": digests.program,
         "archive": served.digest,
     }
-    assert pushed["summary"] == expected.summary.model_dump(mode="json")
-    assert pushed["min_schema_version"] == expected.min_schema_version
+    assert pushed["summary"] == expected.vetted.summary.model_dump(mode="json")
+    assert pushed["min_schema_version"] == expected.vetted.min_schema_version
     served_bytes = client.get("/v1/models/m/versions/1/archive").content
     assert served_bytes == served.path.read_bytes()
     # the graph answer was built after the push, in the worker, from the checked document
