@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import ConfigDict, Field, WrapValidator
 
 from schema._base import Arm, OneOf, Struct, Version, Wire, WireFloat
-from schema._compact import SharedScalarStructs, SharedSymInts
+from schema._compact import SharedMapValues, SharedScalarStructs, SharedSymInts
 
 V5_3: Version = (5, 3)
 V7_3: Version = (7, 3)
@@ -227,6 +227,9 @@ SymBool = Annotated[SymBoolAsExpr | SymBoolAsBool, OneOf("SymBool")]
 class TensorMeta(Struct):
     """Dtype, shape, strides, device and layout of a tensor value."""
 
+    #: shared between tensor values (see `TensorMetas`), so never changed in place
+    model_config = ConfigDict(frozen=True)
+
     dtype: Annotated[ScalarType, W(10)]
     sizes: Annotated[SymInts, W(20)]
     requires_grad: Annotated[bool, W(30)]
@@ -246,6 +249,10 @@ class SymIntArgumentAsInt(Arm):
     """SymIntArgument arm."""
 
     as_int: Annotated[int, W(20)]
+
+
+#: A graph's tensor metadata: one shared instance per wire form (see schema._compact).
+TensorMetas = Annotated[dict[str, TensorMeta], WrapValidator(SharedMapValues(TensorMeta).validate)]
 
 
 SymIntArgument = Annotated[SymIntArgumentAsName | SymIntArgumentAsInt, OneOf("SymIntArgument")]
@@ -591,7 +598,7 @@ class Graph(Struct):
     inputs: Annotated[list[Argument], W(10)]
     outputs: Annotated[list[Argument], W(20)]
     nodes: Annotated[list[Node], W(30)]
-    tensor_values: Annotated[dict[str, TensorMeta], W(40)]
+    tensor_values: Annotated[TensorMetas, W(40)]
     sym_int_values: Annotated[dict[str, SymInt], W(50)]
     sym_bool_values: Annotated[dict[str, SymBool], W(60)]
     is_single_tensor_return: Annotated[bool, W(70)] = False
