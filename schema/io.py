@@ -8,7 +8,7 @@ import types
 import typing
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -96,19 +96,30 @@ class no_cycle_collection:  # noqa: N801 - used as a function: `with no_cycle_co
     repeated walks over them cost more than building them (validation, canonicalizing, diffs).
     On the way out the objects made meanwhile move to the oldest generation (freeze, then
     unfreeze: a list splice), so that the first young collection after the block does not
-    walk them all at once; they are still freed by reference counting as usual. (A class, not
-    a generator: it wraps every read, and a small document's read is a tenth of a millisecond.)
+    walk them all at once; they are still freed by reference counting as usual. That splice
+    would also thaw whatever the caller froze (`make bench` freezes its heap), so once the
+    process is seen to hold frozen objects the block only pauses collection and resumes it.
+    (A class, not a generator: it wraps every read, and a small document's read is a tenth of
+    a millisecond.)
     """
 
     __slots__ = ("enabled",)
+
+    #: Whether a caller's frozen objects were seen: counting them walks them all, so they are
+    #: counted only until then (an empty count is free).
+    caller_froze: ClassVar[bool] = False
 
     def __enter__(self) -> None:
         self.enabled = gc.isenabled()
         gc.disable()
 
     def __exit__(self, *exc: object) -> None:
-        gc.freeze()
-        gc.unfreeze()
+        if not no_cycle_collection.caller_froze:
+            if gc.get_freeze_count():
+                no_cycle_collection.caller_froze = True
+            else:
+                gc.freeze()
+                gc.unfreeze()
         if self.enabled:
             gc.enable()
 
