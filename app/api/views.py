@@ -10,9 +10,9 @@ from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 from app import operations as ops
-from app.api.deps import InspectDep, SettingsDep, UploadDep
-from app.api.docs import READ_PROBLEMS, request_body
-from app.api.graphs import graph_bytes, version_graph_file
+from app.api.deps import InspectDep, OutputDep, SettingsDep, UploadDep, WorkDep, documents_of
+from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
+from app.api.graphs import upload_graph, version_graph_file
 from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
 from app.programs.findings import Report
@@ -22,7 +22,8 @@ from app.programs.inspect.registry import InspectAnswer, answer
 router = APIRouter(prefix="/v1", tags=["views"])
 
 _JSON = "application/json"
-_GRAPH_PROBLEMS = ("bad-module-stack", "module-too-deep")
+#: a graph answer is built in a document worker (app.api.graphs)
+_GRAPH_PROBLEMS = ("bad-module-stack", "module-too-deep", *TORCH_PROBLEMS)
 _VERSION_PROBLEMS = (
     "invalid-name",
     "model-not-found",
@@ -35,11 +36,6 @@ _VERSION_PROBLEMS = (
 _GRAPH_DOC: dict[int | str, dict[str, Any]] = {
     200: {"model": ProgramGraph, "description": "The graph, nodes as columns"}
 }
-
-
-def _graph_response(source: ops.Source, settings: SettingsDep, model: str | None) -> Response:
-    # Built and dumped in one go: response_model would validate 50,000-entry columns again.
-    return Response(graph_bytes(source, settings, model), media_type=_JSON)
 
 
 def _matches(header: str | None, etag: str) -> bool:
@@ -66,7 +62,7 @@ def version_graph(name: str, ref: str, request: Request, registry: RegistryDep) 
     headers = {"ETag": etag, "Cache-Control": "no-cache"}
     if info.deleted_at is None and _matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
-    path = version_graph_file(registry, name, str(info.version))
+    path = version_graph_file(registry, documents_of(request), name, str(info.version))
     return FileResponse(path, media_type=_JSON, headers=headers)
 
 
@@ -74,15 +70,27 @@ def version_graph(name: str, ref: str, request: Request, registry: RegistryDep) 
     "/graph",
     response_class=Response,
     openapi_extra=request_body("file"),
-    responses={**_GRAPH_DOC, **problem_responses(*READ_PROBLEMS, *_GRAPH_PROBLEMS)},
+    responses={
+        **_GRAPH_DOC,
+        **problem_responses(*READ_PROBLEMS, *_GRAPH_PROBLEMS, "service-busy"),
+    },
 )
-def graph(upload: UploadDep, settings: SettingsDep, model: str | None = None) -> Response:
+def graph(
+    upload: UploadDep,
+    settings: SettingsDep,
+    work: WorkDep,
+    output: OutputDep,
+    model: str | None = None,
+) -> Response:
     """An archive's or a document's graph, as `GET /v1/models/{name}/versions/{ref}/graph`."""
     part = upload.one("file", "document")
     if part.media not in ("zip", "json"):
         raise ServiceError("unsupported-media-type", "send a .pt2 archive or a JSON document")
-    with ops.open_source(part.path, "zip" if part.media == "zip" else "json", settings) as source:
-        return _graph_response(source, settings, model)
+    media: ops.Media = "zip" if part.media == "zip" else "json"
+    # written by the worker as one JSON text: response_model would validate 50,000-entry
+    # columns again
+    upload_graph(work, part.path, media, settings, model, output)
+    return FileResponse(output, media_type=_JSON)
 
 
 @router.get(

@@ -1,7 +1,8 @@
 """The document jobs of a registry push, run in the document pool like the program routes' jobs:
 reading the uploaded archive, every check short of torch's, the canonical form, the summary, the
-archive to serve, and later the graph answer. The API process hands over paths and gets back small
-values, so a big push cannot bloat it; torch's check runs in between, in the torch pool.
+archive to serve (its graph answer is built later from the checked document: app.workers.graphs).
+The API process hands over paths and gets back small values, so a big push cannot bloat it;
+torch's check runs in between, in the torch pool.
 
 A module of its own so that a document worker imports the registry's modules only when it first
 vets a push, not at every start.
@@ -15,9 +16,7 @@ from pathlib import Path
 import schema
 from app import operations as ops
 from app.bridge.sources import TensorSource
-from app.files import write_atomic
 from app.programs.findings import Report
-from app.programs.inspect.graph_view import program_graph
 from app.registry.ingest import Vetted, refuse_pickled, vet
 from app.settings import Settings
 
@@ -71,15 +70,3 @@ def job_vet(archive: Path, settings: Settings, model: str | None, files: PushFil
             vetted, canonical = vet(source, settings, name, served)
     files.canonical.write_bytes(canonical)
     return Pushing(report, tensors, vetted)
-
-
-def graph_bytes(source: ops.Source, settings: Settings, model: str | None) -> bytes:
-    """The graph answer (JSON) of one model of a source."""
-    document = ops.read_document(source, model, settings)
-    return program_graph(document.doc).model_dump_json().encode()
-
-
-def job_graph(document: Path, settings: Settings, target: Path) -> None:
-    """Write the graph answer of a checked document (a push's) to `target`, atomically."""
-    with ops.open_source(document, "json", settings) as source:
-        write_atomic(target, graph_bytes(source, settings, None))

@@ -23,6 +23,7 @@ from typing import Any
 
 from app.failure import Failure, is_allocation_failure, one_line
 from app.workers.clock import JobClock
+from schema import SchemaError
 
 MiB = 1024 * 1024
 #: A worker ends itself this long after its job's time limit: the pool normally kills it first
@@ -166,6 +167,10 @@ def _run(data: bytes, watch: _Watch, jobs_module: str) -> tuple[Any, ...] | None
             watch.end_job()
     except Failure as exc:
         return ("failure", type(exc), exc.code, exc.message, exc.issues)
+    except SchemaError as exc:
+        # the schema layer's coded errors answer as they do in the API process (not
+        # worker-job-failed); a Failure carries their code, message and issues across
+        return ("failure", Failure, exc.code, str(exc), getattr(exc, "issues", []))
     except Exception as exc:
         if is_allocation_failure(exc):
             return ("oom", one_line(exc))

@@ -17,7 +17,7 @@ from app.programs.inspect.graph_view import program_graph
 from app.registry.blobs.staging import Staged
 from app.registry.ingest import prepare
 from app.settings import Settings
-from app.workers import pushes
+from app.workers import graphs, pushes
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.registry.conftest import InProcessTorch, rewrite_member
 
@@ -46,7 +46,7 @@ def client(settings: Settings, folder: Path) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as opened, pytest.MonkeyPatch.context() as patch:
         # the (spawned) workers import their own, unpatched, copies
         patch.setattr(pushes, "vet", _refuse_here)
-        patch.setattr(pushes, "program_graph", _refuse_here)
+        patch.setattr(graphs, "program_graph", _refuse_here)
         patch.setattr(tempfile, "tempdir", str(folder))
         yield opened
 
