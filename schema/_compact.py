@@ -89,8 +89,10 @@ class SharedMapValues:
     """The shared instances of a frozen struct that a map holds by name (a graph's tensor
     metadata), keyed by their wire bytes."""
 
-    def __init__(self, cls: type[BaseModel]) -> None:
+    def __init__(self, cls: type[BaseModel], limit: int = 1 << 12) -> None:
         self.cls = cls
+        #: a few thousand entries cover the distinct ones of many documents, in a few MB
+        self.limit = limit
         #: wire bytes -> the shared instance and the paths of the nulls in its wire form
         self.table: dict[bytes, tuple[BaseModel, tuple[tuple[Any, ...], ...]]] = {}
 
@@ -126,7 +128,7 @@ class SharedMapValues:
             made = self.cls.model_validate_json(key, extra="forbid")
         except (orjson.JSONEncodeError, ValidationError):
             return None
-        if len(self.table) >= _LIMIT:
+        if len(self.table) >= self.limit:
             self.table.clear()
         found: list[tuple[Any, ...]] = []
         _nulls(item, (), found)

@@ -4,13 +4,14 @@ models, values, errors and extras as the full validation, one frozen instance pe
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import pytest
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError, WrapValidator
 
 import schema
+from schema._compact import SharedMapValues
 from schema.models import Graph, TensorMeta
 
 _FULL: TypeAdapter[dict[str, TensorMeta]] = TypeAdapter(dict[str, TensorMeta])
@@ -144,3 +145,14 @@ def test_unknown_keys_in_a_meta_are_kept_and_not_shared() -> None:
     plain = schema.load(_graph({"a": _meta()}), Graph).tensor_values["a"]
     assert not plain.__pydantic_extra__
     assert not plain.device.__pydantic_extra__
+
+
+def test_the_table_starts_again_past_its_limit() -> None:
+    shared = SharedMapValues(TensorMeta, limit=2)
+    adapter: TypeAdapter[dict[str, TensorMeta]] = TypeAdapter(
+        Annotated[dict[str, TensorMeta], WrapValidator(shared.validate)]
+    )
+    metas = {str(n): _meta(sizes=[{"as_int": n}], strides=[{"as_int": 1}]) for n in range(5)}
+    got = adapter.validate_json(json.dumps(metas))
+    assert [m.sizes[0].as_int for m in got.values()] == list(range(5))
+    assert 0 < len(shared.table) <= 2
