@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -23,6 +24,7 @@ from app.api.deps import (
 )
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
 from app.api.problems import ServiceError, problem_responses
+from app.api.spliced import SplicedResponse
 from app.api.uploads import Part, Upload, receive
 from app.archive import ManifestEntry
 from app.programs.diff import ProgramDiff, render_text
@@ -132,9 +134,10 @@ def deserialize(
     checked = output.with_name("document.json")  # in the output's folder, removed with it
     given = weights.path if weights else None
     tensors = work.run(jobs.job_buildable, document, settings, model, given, checked)
-    # the body is sent, then removed: not worth an fsync
-    pool.submit("job_deserialize_to_pt2", checked, tensors, output, False)
-    return LargeFileResponse(output, media_type=ZIP, filename="program.pt2")
+    # the answer is sent, then removed: its stored tensors go out from the upload itself
+    segments = pool.submit("job_splice_pt2", checked, tensors, output)
+    archive = [tensors.archive] if isinstance(tensors.archive, Path) else []
+    return SplicedResponse(segments, [output, *archive], ZIP, "program.pt2")
 
 
 @router.post(

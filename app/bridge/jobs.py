@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import schema
+from app.archive.errors import ArchiveFailure
 from app.bridge.errors import BridgeFailure
-from app.bridge.output import durable
+from app.bridge.output import Segment, Splicer, durable
 from app.bridge.sources import Opened, TensorSource
 
 if TYPE_CHECKING:
@@ -29,13 +31,20 @@ def job_ping() -> int:
     return os.getpid()
 
 
-def job_deserialize_to_pt2(
-    doc_json: bytes | Path, tensors: TensorSource, target: Path, keep: bool = True
-) -> None:
+def job_deserialize_to_pt2(doc_json: bytes | Path, tensors: TensorSource, target: Path) -> None:
     """Write to `target` the .pt2 of the program torch builds from a document (its bytes, or a
-    file of them) and its tensors; fails with what `job_torch_check` reports when torch cannot
-    build it. A `target` that is not to be `keep`t (sent, then removed) is not fsynced."""
-    _torch_job(doc_json, tensors, (target, keep))
+    file of them) and its tensors, made durable; fails with what `job_torch_check` reports when
+    torch cannot build it."""
+    _torch_job(doc_json, tensors, (target, partial(_writer, target)))
+
+
+def job_splice_pt2(doc_json: bytes | Path, tensors: TensorSource, head: Path) -> list[Segment]:
+    """`job_deserialize_to_pt2` for an answer that is sent, then removed: the .pt2 as segments
+    (app.bridge.output.Splicer), the archive's stored tensors left where they are and only what
+    the writer makes written to `head` (not made durable: nobody reads it back)."""
+    segments: list[Segment] = []
+    _torch_job(doc_json, tensors, (head, partial(_splicer, head, tensors.archive, segments)))
+    return segments
 
 
 def job_torch_check(doc_json: bytes | Path, tensors: TensorSource) -> dict[str, Any]:
@@ -44,8 +53,12 @@ def job_torch_check(doc_json: bytes | Path, tensors: TensorSource) -> dict[str, 
     return _torch_job(doc_json, tensors, None)
 
 
+#: What writes a job's output from the document and the opened tensors (beside torch's build).
+_Writer = Callable[[schema.ExportedProgram, Opened], None]
+
+
 def _torch_job(
-    doc_json: bytes | Path, tensors: TensorSource, output: tuple[Path, bool] | None
+    doc_json: bytes | Path, tensors: TensorSource, output: tuple[Path, _Writer] | None
 ) -> dict[str, Any]:
     from app.bridge.checks import check_and_build
 
@@ -54,7 +67,7 @@ def _torch_job(
     try:
         with tensors.opened() as opened:
             # the output (or the CRC check) needs nothing torch makes: done while torch builds
-            side = _Side(_writer(doc, opened, output) if output is not None else opened.verify)
+            side = _Side(partial(output[1], doc, opened) if output is not None else opened.verify)
             try:
                 built = check_and_build(doc, opened.tensors)
             finally:
@@ -77,21 +90,32 @@ def _verdict(built: Built, target: Path | None) -> dict[str, Any]:
     return built.check.to_dict()
 
 
-def _writer(
-    doc: schema.ExportedProgram, opened: Opened, output: tuple[Path, bool]
-) -> Callable[[], None]:
-    """Writing the output into its target, the caller's own temporary file, durable if it is
-    kept (see app.bridge.output)."""
+def _writer(target: Path, doc: schema.ExportedProgram, opened: Opened) -> None:
+    """Write the output into its target, the caller's own temporary file, made durable as it
+    is written (see app.bridge.output)."""
     from app.bridge.exported import write_built
 
-    streamed = opened.streamed()
-    target, keep = output
+    with durable(target) as out:
+        write_built(doc, opened.streamed(), out)
 
-    def write() -> None:
-        with durable(target, keep=keep) as out:
-            write_built(doc, streamed, out)
 
-    return write
+def _splicer(
+    head: Path,
+    archive: Path | bytes | None,
+    segments: list[Segment],
+    doc: schema.ExportedProgram,
+    opened: Opened,
+) -> None:
+    """Write the output as segments: the head into `head`, the spliced ranges into `segments`."""
+    from app.bridge.exported import write_built
+
+    with durable(head, keep=False) as out:
+        splicer = Splicer(out, archive if isinstance(archive, Path) else None)
+        try:
+            write_built(doc, opened.streamed(splicer.streamed), splicer)
+        except ArchiveFailure as failure:
+            raise splicer.refusal(failure) from None
+    segments.extend(splicer.segments)
 
 
 class _Side:

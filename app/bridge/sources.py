@@ -12,7 +12,7 @@ to check its CRC, or copies it into the output as the writer checks it.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,7 @@ from pathlib import Path
 from app.archive import Archive, RawTensor, open_archive
 from app.archive.pt2 import TensorEntry
 from app.archive.raw import Streamed, StreamedTensor
-from app.archive.zipdir import STORED
+from app.archive.zipdir import STORED, ZipMember
 from app.bridge.safetensors_io import from_safetensors, safetensors_names
 from app.bridge.tensors import MappedTensor, Stored
 from app.settings import Limits
@@ -95,9 +95,12 @@ class Opened:
             for _ in self.archive.reader.iter_member(member):
                 pass
 
-    def streamed(self) -> dict[str, RawTensor | StreamedTensor]:
+    def streamed(
+        self, splice: Callable[[ZipMember], Streamed | None] | None = None
+    ) -> dict[str, RawTensor | StreamedTensor]:
         """The tensors as the writer copies them: those of an archive streamed from it (each
-        member checked against its CRC as it passes), the others as read."""
+        member checked against its CRC as it passes), or as `splice` streams the members it
+        takes; the others as read."""
         if self.archive is None:
             return {n: t for n, t in self.tensors.items() if isinstance(t, RawTensor)}
         streams: dict[str, Streamed] = {}
@@ -105,7 +108,8 @@ class Opened:
         for name, entry in _entries(self.archive, self.names):
             assert entry.meta is not None
             if entry.member not in streams:
-                streams[entry.member] = self.archive.streamed(entry.member)
+                spliced = splice(self.archive.reader.member(entry.member)) if splice else None
+                streams[entry.member] = spliced or self.archive.streamed(entry.member)
             out[name] = StreamedTensor(name, entry.kind, entry.meta, streams[entry.member])
         return out
 

@@ -93,24 +93,6 @@ def test_the_mapped_build_writes_what_the_read_one_does(
     assert mapped.read_bytes() == read.read_bytes()
 
 
-@pytest.mark.parametrize("keep", [True, False])
-def test_only_a_kept_output_is_fsynced(
-    bn_archive: Path,
-    serialized: dict[str, SerializedProgram],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    keep: bool,
-) -> None:
-    synced: list[int] = []
-    monkeypatch.setattr("app.bridge.output.os.fsync", synced.append)
-    doc = serialized["linear_bn_train"].doc
-    target, read = tmp_path / "out.pt2", tmp_path / "read.pt2"
-    jobs.job_deserialize_to_pt2(schema.dump(doc), _source(bn_archive), target, keep)
-    assert len(synced) == (1 if keep else 0)
-    write_pt2(doc, _source(bn_archive).read(), read)
-    assert target.read_bytes() == read.read_bytes()
-
-
 def _corrupt(path: Path) -> None:
     """Flip a byte inside the first tensor member, keeping its declared CRC."""
     with open_archive(path) as archive:

@@ -1,0 +1,55 @@
+"""SplicedResponse sends the runs a torch job names, in order, from the files the request holds,
+and refuses a run outside them before anything is sent."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.api import spliced
+from app.api.spliced import SplicedResponse
+
+
+def _sent(response: SplicedResponse) -> tuple[list[Any], bytes]:
+    messages: list[Any] = []
+
+    async def receive() -> Any:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        messages.append(message)
+
+    asyncio.run(response({"type": "http"}, receive, send))
+    body = b"".join(m.get("body", b"") for m in messages[1:])
+    assert [m["more_body"] for m in messages[1:]] == [True] * (len(messages) - 2) + [False]
+    return messages, body
+
+
+def test_the_runs_are_sent_in_order_in_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spliced, "CHUNK", 3)
+    head, upload = tmp_path / "head", tmp_path / "upload"
+    head.write_bytes(b"HEADtail")
+    upload.write_bytes(bytes(range(100)))
+    segments = [(0, 0, 4), (1, 10, 7), (0, 4, 4), (1, 0, 1)]
+    response = SplicedResponse(segments, [head, upload], "application/zip", "program.pt2")
+    messages, body = _sent(response)
+    assert body == b"HEAD" + bytes(range(10, 17)) + b"tail" + b"\x00"
+    headers = dict(messages[0]["headers"])
+    assert headers[b"content-length"] == str(len(body)).encode()
+    assert headers[b"content-disposition"] == b'attachment; filename="program.pt2"'
+    assert headers[b"content-type"] == b"application/zip"
+    assert max(len(m["body"]) for m in messages[1:]) == 3
+
+
+@pytest.mark.parametrize("segment", [(2, 0, 1), (-1, 0, 1), (1, 95, 6), (0, -1, 2), (0, 0, 0)])
+def test_a_run_outside_the_files_is_refused(segment: tuple[int, int, int], tmp_path: Path) -> None:
+    head, upload = tmp_path / "head", tmp_path / "upload"
+    head.write_bytes(b"HEAD")
+    upload.write_bytes(bytes(100))
+    with pytest.raises(RuntimeError, match="outside the answer's files"):
+        SplicedResponse([segment], [head, upload], "application/zip", "program.pt2")
