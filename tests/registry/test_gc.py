@@ -12,6 +12,7 @@ from app.api.graphs import version_graph_file
 from app.registry import Registry
 from app.registry.blobs.s3 import S3Objects
 from app.registry.gc import collect, graph_answers
+from app.workers.documents import DocumentRunner
 from tests.registry.conftest import Backend, make_backend
 from tests.registry.test_store import push
 
@@ -72,7 +73,12 @@ def test_gc_removes_graph_answers_of_collected_versions(
 ) -> None:
     first = push(registry, "m", archives["linear_bn_train"]).version
     second = push(registry, "m", archives["conv"]).version
-    built = [version_graph_file(registry, "m", str(v.version)) for v in (first, second)]
+    # the answers are built in a document worker, as a view builds them
+    runner = DocumentRunner(registry.settings.model_copy(update={"document_workers": 1}))
+    try:
+        built = [version_graph_file(registry, runner, "m", str(v.version)) for v in (first, second)]
+    finally:
+        runner.close()
     folder = graph_answers(registry.settings)
     assert sorted(built) == sorted(folder.glob("*.json"))
     # a half-written answer's temporary file is not an answer
