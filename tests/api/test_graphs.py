@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 import orjson
 import pytest
@@ -27,27 +27,33 @@ ZIP = {"Content-Type": "application/zip"}
 JSON = {"Content-Type": "application/json"}
 
 
-def _refuse_here(*_: object) -> None:
-    raise AssertionError("a graph answer was built in the API process")
-
-
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("graphs")
-
-
-@pytest.fixture(scope="module")
-def settings(folder: Path) -> Settings:
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     # the default document_inline_bytes: the programs below are small enough to be read here
-    return Settings(data_dir=folder / "data", document_workers=1, workers=1)
+    data = tmp_path_factory.mktemp("graphs") / "data"
+    return Settings(data_dir=data, document_workers=1, workers=1)
 
 
 @pytest.fixture(scope="module")
-def client(settings: Settings, folder: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as opened, pytest.MonkeyPatch.context() as patch:
-        # the (spawned) workers import their own, unpatched, copies
-        patch.setattr(graphs, "program_graph", _refuse_here)
-        patch.setattr(tempfile, "tempdir", str(folder))
+def built_here() -> Iterator[Mock]:
+    """graph_view's function as this process's graph jobs see it, counting its calls (the
+    spawned workers import their own copies)."""
+    with pytest.MonkeyPatch.context() as patch:
+        counted = Mock(wraps=program_graph)
+        patch.setattr(graphs, "program_graph", counted)
+        yield counted
+
+
+@pytest.fixture(scope="module")
+def app(settings: Settings) -> FastAPI:
+    return create_app(settings)
+
+
+@pytest.fixture(scope="module")
+def client(app: FastAPI, settings: Settings, built_here: Mock) -> Iterator[TestClient]:
+    with TestClient(app) as opened, pytest.MonkeyPatch.context() as patch:
+        # where the stored documents handed to workers go
+        patch.setattr(tempfile, "tempdir", str(settings.data_dir.parent))
         yield opened
 
 
@@ -56,15 +62,8 @@ def _expected(document: bytes) -> bytes:
     return program_graph(schema.upgrade(document).document).model_dump_json().encode()
 
 
-def _registry(client: TestClient) -> Registry:
-    app = client.app
-    assert isinstance(app, FastAPI)
-    registry: Registry = app.state.registry
-    return registry
-
-
 def test_an_uploads_graph_is_built_in_a_worker(
-    client: TestClient, settings: Settings, zoo: dict[str, ZooProgram]
+    client: TestClient, settings: Settings, built_here: Mock, zoo: dict[str, ZooProgram]
 ) -> None:
     ep = zoo["conv"].ep
     document, archive = torch_json(ep), archive_bytes(ep)
@@ -74,12 +73,17 @@ def test_an_uploads_graph_is_built_in_a_worker(
         assert answer.status_code == 200, answer.text
         assert answer.headers["content-type"] == "application/json"
         assert answer.content == _expected(document)
+    assert not built_here.called
 
 
 def test_a_stored_versions_graph_is_built_in_a_worker_when_first_viewed(
-    client: TestClient, settings: Settings, folder: Path, zoo: dict[str, ZooProgram]
+    app: FastAPI,
+    client: TestClient,
+    settings: Settings,
+    built_here: Mock,
+    zoo: dict[str, ZooProgram],
 ) -> None:
-    registry = _registry(client)
+    registry: Registry = app.state.registry
     staged = registry.blobs.stage_bytes(archive_bytes(zoo["cond"].ep))
     try:
         candidate = registry.prepare(staged.path, InProcessTorch())
@@ -96,7 +100,8 @@ def test_a_stored_versions_graph_is_built_in_a_worker_when_first_viewed(
     assert answer.content == _expected(document) == kept.read_bytes()
     assert answer.headers["etag"] == f'"graph-{info.digests.archive}"'
     # the stored document handed to the worker is gone with its folder
-    assert not list(folder.glob("pt2serde-graph-*"))
+    assert not list(settings.data_dir.parent.glob("pt2serde-graph-*"))
+    assert not built_here.called
 
 
 def _problem(answer: Any, status: int, code: str) -> dict[str, Any]:
@@ -107,7 +112,9 @@ def _problem(answer: Any, status: int, code: str) -> dict[str, Any]:
     return body
 
 
-def test_a_workers_failure_is_a_problem(client: TestClient, zoo: dict[str, ZooProgram]) -> None:
+def test_a_workers_failure_is_a_problem(
+    client: TestClient, built_here: Mock, zoo: dict[str, ZooProgram]
+) -> None:
     doc = orjson.loads(torch_json(zoo["conv"].ep))
     doc["graph_module"]["graph"]["nodes"][2]["metadata"]["nn_module_stack"] = "L__self__,,M;x"
     answer = client.post("/v1/graph", content=orjson.dumps(doc), headers=JSON)
@@ -120,3 +127,4 @@ def test_a_workers_failure_is_a_problem(client: TestClient, zoo: dict[str, ZooPr
         422,
         "invalid-document",
     )
+    assert not built_here.called
