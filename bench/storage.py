@@ -5,8 +5,9 @@ prints the RESULTS.md section.
 
 Push is the storing step (`Registry.push`: cutting the archive into skeleton and tensor objects,
 claiming, uploading, committing), not the torch validation before it; the raw upload is the
-backend's `put` of the whole archive file (a copy with fsync for the local directory, an S3
-multipart upload for SeaweedFS); pull reads the rebuilt archive to its end.
+backend's `put` of the whole archive file (for the local directory a copy fsynced with its
+folder, the durability a push gives each object; an S3 multipart upload for SeaweedFS); pull
+looks the version up and reads the rebuilt archive to its end, raw download reads the copy.
 """
 
 from __future__ import annotations
@@ -159,9 +160,16 @@ def _one_backend(
 
 
 def _copy_synced(source: Path, target: Path) -> None:
+    """A copy made as durable as a stored object: its bytes fsynced, then its folder (which
+    holds its name), as the local store does before a push commits."""
     shutil.copyfile(source, target)
     with target.open("rb+") as f:
         os.fsync(f.fileno())
+    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def bench_section(megabytes: int = 200) -> tuple[str, bool]:

@@ -2,14 +2,17 @@
 
 The archives the registry serves are written by our writer with every member stored (not
 deflated), so a tensor payload is one contiguous span of the archive: the zip's local header
-gives where it starts. The skeleton is everything else (headers, small members, the central
-directory), concatenated; members of 4 KiB or more are objects too. The holes list each
-payload's offset in the archive, its length and its sha256. A payload shared by versions or
-models (a base model's unchanged layers) is stored once. Rebuilding interleaves skeleton bytes
-and payload objects; a read at any offset finds its segment by bisection and reads only the
-objects it covers. Against an object store, a reader fetches the next few payloads ahead of
-the read, while the current one streams: their first few MiB at most, so memory stays
-bounded whatever the objects' sizes.
+gives where it starts. Every member larger than 4 KiB (tensor payloads, and the documents and
+configs too) is an object; the skeleton is everything else (headers, the central directory and
+the members of 4 KiB or less, tiny tensors such as a 1024-float bias included), concatenated.
+Tiny tensors are thus stored again with each version's skeleton rather than once: as objects
+each would cost a file and its fsyncs (or a request) at every push and pull, more than its
+bytes. The holes list each payload's offset in the archive, its length and its sha256. A
+payload shared by versions or models (a base model's unchanged layers) is stored once.
+Rebuilding interleaves skeleton bytes and payload objects; a read at any offset finds its
+segment by bisection and reads only the objects it covers. Against an object store, a reader
+opens the next few payloads ahead of the read (their requests answered while the current one
+streams); their bodies stream only when the read gets there.
 """
 
 from __future__ import annotations
@@ -24,23 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from app.archive.pt2 import CONSTANTS_CONFIG, CONSTANTS_DIR, WEIGHTS_CONFIG, WEIGHTS_DIR
 from app.archive.zipread import ZipReader
 from app.registry.blobs import Staged
 from app.registry.blobs.base import Reader
 from app.settings import Limits
 
 _CHUNK = 1 << 20
-#: bytes of each payload fetched ahead of a read (the rest streams when the read gets there)
-_HEAD = 4 << 20
-#: bytes one read fetches ahead at most, whatever the number of payloads it may open ahead
-_AHEAD_BYTES = 32 << 20
-#: other members this large (documents, configs, sample inputs) are objects of their own too:
-#: a skeleton differs between versions (each local header holds its member's CRC), so it
-#: should hold only headers and small members, not a model's document again each time.
+#: a rebuilt archive holds its skeleton in memory up to this size
+_HELD = 1 << 20
+#: members larger than this are objects of their own: a skeleton differs between versions
+#: (each local header holds its member's CRC), so it holds only headers and tiny members, not a
+#: model's document or weights again each time
 _OWN_OBJECT = 4096
-#: what the names of the weights and constants configs end with (they name their model first)
-_CONFIGS = (WEIGHTS_CONFIG.split("{}")[1], CONSTANTS_CONFIG.split("{}")[1])
 
 
 @dataclass(frozen=True)
@@ -74,36 +72,39 @@ class Layout:
         return {self.skeleton, *(h.digest for h in self.holes)}
 
 
-def _is_payload(name: str) -> bool:
-    relative = name.split("/", 1)[-1]
-    return relative.startswith((WEIGHTS_DIR, CONSTANTS_DIR)) and not relative.endswith(_CONFIGS)
-
-
 def payload_spans(archive: Path, limits: Limits) -> list[tuple[int, int]]:
-    """Where the archive's payloads are, in order: (offset, length) of each tensor payload and
-    each other member large enough to be an object of its own (all stored, not deflated)."""
+    """Where the archive's payloads are, in order: (offset, length) of each member large enough
+    to be an object of its own (all stored, not deflated)."""
     with ZipReader(archive, limits, single_root=False) as reader:
         return sorted(
             (m.data_offset, m.size)
             for m in reader.members.values()
-            if m.method == 0 and (m.size >= _OWN_OBJECT or (m.size > 0 and _is_payload(m.name)))
+            if m.method == 0 and m.size > _OWN_OBJECT
         )
 
 
-def cut(archive: Path, spans: list[tuple[int, int]], skeleton: Staged) -> Layout:
-    """Hash each payload span of the finished staged archive and write everything between them
-    to `skeleton` (finished here); the layout. The archive is mapped, not read: each payload is
-    hashed where the page cache holds it (the GIL released meanwhile, while other threads copy
-    or upload the same bytes)."""
+def cut(
+    archive: Path,
+    spans: list[tuple[int, int]],
+    skeleton: Staged,
+    hashed: Callable[[int], str | None] = lambda index: None,
+) -> Layout:
+    """Write everything between the payload spans of the finished staged archive to `skeleton`
+    (finished here); the layout. A payload's digest is `hashed(i)` for the i-th span when what
+    readied it hashed it on the way, else it is hashed here: the archive is mapped, not read, so
+    each payload is hashed where the page cache holds it (the GIL released meanwhile, while
+    other threads upload the same bytes)."""
     holes: list[Hole] = []
     with archive.open("rb") as source, mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as m:
         with memoryview(m) as view:
             at = 0
-            for offset, length in spans:
+            for index, (offset, length) in enumerate(spans):
                 if offset < at or offset + length > len(view):
                     raise OSError("the staged archive's payloads overlap or pass its end")
                 skeleton.write(view[at:offset])
-                digest = hashlib.sha256(view[offset : offset + length]).hexdigest()
+                digest = hashed(index)
+                if digest is None:
+                    digest = hashlib.sha256(view[offset : offset + length]).hexdigest()
                 holes.append(Hole(offset, length, digest))
                 at = offset + length
             skeleton.write(view[at:])
@@ -135,6 +136,12 @@ class Rebuilt(Reader):
         self._skeleton = layout.skeleton
         # opened now: an archive gc took fails before an answer starts, not in its middle
         self._handles: dict[str, BinaryIO] = {layout.skeleton: open_object(layout.skeleton)}
+        #: the whole skeleton when it is small: its pieces between payloads are mostly a few
+        #: dozen bytes, each a read of its own (a system call, or a request) otherwise
+        self._held: bytes | None = None
+        if skel + layout.size - at <= _HELD:
+            with self._handles.pop(layout.skeleton) as handle:
+                self._held = handle.read()
         self._ahead = ahead
         self._pool = ThreadPoolExecutor(ahead, "rebuilt") if ahead else None
         self._opening: dict[str, Future[BinaryIO]] = {}
@@ -155,8 +162,14 @@ class Rebuilt(Reader):
         index = bisect.bisect_right(self._starts, self._pos) - 1
         start, end, digest, inner = self._segments[index]
         want = min(len(view), end - self._pos)
-        handle = self._handle(digest, index)
         at = inner + self._pos - start
+        if digest == self._skeleton and self._held is not None:
+            if at + want > len(self._held):
+                raise OSError(f"the skeleton {digest} is shorter than the archive's layout says")
+            view[:want] = self._held[at : at + want]
+            self._pos += want
+            return want
+        handle = self._handle(digest, index)
         # where each handle stands is known here (only this reader moves them): an unbuffered
         # file's tell would be a system call per read
         if self._at.get(digest) != at:
@@ -186,30 +199,19 @@ class Rebuilt(Reader):
         """Open the `ahead` payloads after segment `index`; drop those opened for elsewhere."""
         if self._pool is None:
             return
-        wanted: dict[str, int] = {}
-        budget = _AHEAD_BYTES
-        for start, end, digest, _ in self._segments[index + 1 :]:
-            if len(wanted) == self._ahead or budget <= 0:
+        wanted: list[str] = []
+        for _, _, digest, _ in self._segments[index + 1 :]:
+            if len(wanted) == self._ahead:
                 break
-            if digest not in self._handles:
-                # a payload is a whole object: the segment's length is the object's size
-                wanted[digest] = end - start
-                budget -= min(end - start, _HEAD)
+            if digest not in self._handles and digest != self._skeleton and digest not in wanted:
+                wanted.append(digest)
         for digest in [d for d in self._opening if d not in wanted]:
             _dispose(self._opening.pop(digest))
-        for digest, size in wanted.items():
+        for digest in wanted:
             if digest not in self._opening:
-                self._opening[digest] = self._pool.submit(self._fetch, digest, size)
-
-    def _fetch(self, digest: str, size: int) -> BinaryIO:
-        """The object opened, its first bytes read already."""
-        handle = self._open(digest)
-        try:
-            head = handle.read(min(size, _HEAD))
-        except BaseException:
-            handle.close()
-            raise
-        return cast(BinaryIO, _Fetched(handle, head, size))
+                # only opened: the body streams into the caller's buffer when the read gets
+                # there (read ahead into bytes of its own, each byte would be copied twice)
+                self._opening[digest] = self._pool.submit(self._open, digest)
 
     def close(self) -> None:
         for handle in self._handles.values():
@@ -220,31 +222,6 @@ class Rebuilt(Reader):
         self._opening.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        super().close()
-
-
-class _Fetched(Reader):
-    """An object whose first bytes were read ahead: served from them, then from its reader."""
-
-    def __init__(self, handle: BinaryIO, head: bytes, size: int) -> None:
-        super().__init__(size)
-        self._handle = handle
-        self._head = head
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._pos < len(self._head):
-            got = min(len(view), len(self._head) - self._pos)
-            view[:got] = self._head[self._pos : self._pos + got]
-        else:
-            if self._handle.tell() != self._pos:
-                self._handle.seek(self._pos)
-            got = self._handle.readinto(view)  # type: ignore[attr-defined]
-        self._pos += got
-        return int(got)
-
-    def close(self) -> None:
-        self._handle.close()
         super().close()
 
 

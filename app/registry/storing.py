@@ -30,6 +30,9 @@ class Parts:
     pieces: dict[str, Piece] = field(default_factory=dict)
     #: staged files to remove when the push ends (the pieces' bytes are in them)
     files: list[Path] = field(default_factory=list)
+    #: the staged archive, when no piece is a span of it: removed while the objects are
+    #: claimed (freeing a large file's pages takes a while)
+    spent: Staged | None = None
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -44,19 +47,20 @@ class Parts:
 
 def stage_parts(blobs: BlobStore, archive: Staged, canonical: Staged, limits: Limits) -> Parts:
     """Cut the finished staged archive into its objects, each readied for its upload (the
-    archive is dropped unless the pieces are spans of it, as an object store uploads them)."""
+    archive is `spent` unless the pieces are spans of it, as an object store uploads them)."""
     spans = payload_spans(archive.path, limits)
     skeleton = blobs.stage()
     into = [blobs.staging.fresh() for _ in spans]
     files = [archive.path, canonical.path, skeleton.path, *into]
-    # the payloads are readied (a local store copies and fsyncs each) by other threads while
-    # this one hashes them: the disk writes while the CPU hashes
+    # the payloads are readied by other threads (a local store copies, hashes and fsyncs each;
+    # an object store leaves them in place, so this thread hashes them) while this one writes
+    # the skeleton: the disk writes while the CPU hashes
     carving = [
         blobs.workers.submit(blobs.objects.carve, archive.path, offset, size, path)
         for (offset, size), path in zip(spans, into, strict=True)
     ]
     try:
-        layout = cut(archive.path, spans, skeleton)
+        layout = cut(archive.path, spans, skeleton, lambda i: carving[i].result().digest)
         carved = [future.result() for future in carving]
     except BaseException:
         for future in carving:
@@ -73,7 +77,7 @@ def stage_parts(blobs: BlobStore, archive: Staged, canonical: Staged, limits: Li
     for extra in (skeleton, canonical):
         parts.pieces.setdefault(extra.digest, Piece(extra.path, 0, extra.size))
     if all(piece.path != archive.path for piece in parts.pieces.values()):
-        archive.discard()
+        parts.spent = archive
     return parts
 
 
@@ -87,9 +91,20 @@ def _each(blobs: BlobStore, action: Callable[[_T], None], items: list[_T]) -> No
 
 
 def upload(db: Database, blobs: BlobStore, parts: Parts) -> None:
-    """Claim the objects and store those not stored yet, outside any lock."""
-    with db.write(blobs="shared") as conn:
-        stored = objects.claim(conn, parts.sizes)
+    """Claim the objects and store those not stored yet, outside any lock; the spent archive
+    is removed meanwhile."""
+    dropping = None if parts.spent is None else blobs.workers.submit(parts.spent.discard)
+    try:
+        with db.write(blobs="shared") as conn:
+            stored = objects.claim(conn, parts.sizes)
+        _store(blobs, parts, stored)
+    finally:
+        if dropping is not None:
+            dropping.result()
+
+
+def _store(blobs: BlobStore, parts: Parts, stored: set[str]) -> None:
+    """Store the objects not recorded as stored or not in the store."""
 
     def store(item: tuple[str, Piece]) -> None:
         digest, piece = item

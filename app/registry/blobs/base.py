@@ -37,6 +37,8 @@ class Piece:
     size: int
     #: already fsynced (a local store need not fsync it again before linking it)
     durable: bool = False
+    #: the sha256 of its bytes when whoever readied it hashed them on the way (else None)
+    digest: str | None = None
 
     @classmethod
     def whole(cls, path: Path) -> Piece:
@@ -70,9 +72,10 @@ class Objects(Protocol):
 
     def carve(self, source: Path, offset: int, size: int, into: Path) -> Piece:
         """Ready `size` bytes of `source` from `offset` for a later `put`, from any thread while
-        the archive is still being hashed: a local store copies them (in the kernel) into the
-        new file `into` and fsyncs it, so that `put` only links it; an object store uploads
-        straight from `source`, so leaves them where they are."""
+        the skeleton is written: a local store copies them into the new file `into`, hashing
+        them on the way (the piece's `digest`), and fsyncs it, so that `put` only links it; an
+        object store uploads straight from `source`, so leaves them where they are (a piece
+        without a digest is hashed by the caller)."""
         ...
 
     def put(self, piece: Piece, digest: str) -> None:

@@ -8,10 +8,12 @@ crash. Several processes (replicas on one machine, or on a shared filesystem) ma
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +89,7 @@ class LocalObjects:
         self.location = str(root)
         self.parallel = _PARALLEL
         self.read_ahead = 0
+        self._buffers = threading.local()
         root.mkdir(parents=True, exist_ok=True)
         # every folder made once, here: a push into a young store would otherwise make (and
         # fsync the root for) most of its objects' folders one by one
@@ -105,11 +108,44 @@ class LocalObjects:
         return self.path(digest).is_file()
 
     def carve(self, source: Path, offset: int, size: int, into: Path) -> Piece:
-        """Copy the bytes into the new file `into` and fsync it (then `put` only links it)."""
-        with source.open("rb") as src, into.open("xb") as dst:
-            copy_range(src.fileno(), dst.fileno(), offset, size)
-            os.fsync(dst.fileno())
-        return Piece(into, 0, size, durable=True)
+        """Copy the bytes into the new file `into`, hashing them on the way, fsync it and link
+        it into the store: each object is placed while the others are still being written (a
+        push's claim and commit come after, and its commit stores again whatever gc took
+        meanwhile, from `into`, which stays until then)."""
+        # read into this thread's buffer, hashed there and written from there: one pass over
+        # the bytes, where a kernel copy would leave the hash a second pass, and a payload's
+        # unaligned start would leave the copy in small page-cache pages that read slower
+        view = self._buffer()
+        digest = hashlib.sha256()
+        src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            dst = os.open(into, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                done = 0
+                while done < size:
+                    got = os.preadv(src, [view[: min(len(view), size - done)]], offset + done)
+                    if got == 0:
+                        raise OSError(f"the file ended {size - done} bytes early")
+                    digest.update(view[:got])
+                    written = 0
+                    while written < got:
+                        written += os.write(dst, view[written:got])
+                    done += got
+                os.fsync(dst)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+        piece = Piece(into, 0, size, durable=True, digest=digest.hexdigest())
+        self.put(piece, digest.hexdigest())
+        return piece
+
+    def _buffer(self) -> memoryview:
+        """This thread's carving buffer (made once per thread: a fresh one faults its pages)."""
+        view: memoryview | None = getattr(self._buffers, "view", None)
+        if view is None:
+            view = self._buffers.view = memoryview(bytearray(_CHUNK))
+        return view
 
     def put(self, piece: Piece, digest: str) -> None:
         """Link a piece that is a whole file to the object's path (staging may sit on this
