@@ -4,6 +4,7 @@ Pure Pydantic v2; imports neither torch nor fastapi.
 """
 
 from schema._base import Arm, OneOf, Struct, Version, Wire
+from schema._wire import NonFinite
 from schema.compat import Compat, Mode, UnknownMode, Verdict, compat, compatibility
 from schema.description import describe, parse_type
 from schema.diff import (
@@ -37,6 +38,7 @@ __all__ = [
     "DescriptionInvalid",
     "DocumentInvalid",
     "Issue",
+    "NonFinite",
     "OneOf",
     "Read",
     "SchemaError",

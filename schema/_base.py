@@ -6,10 +6,27 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, GetCoreSchemaHandler
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    PlainSerializer,
+    SerializationInfo,
+)
 from pydantic_core import core_schema
 
-from schema._wire import CONTAINERS, fields_of, keep_exact_made, keep_exact_one, noted, unmark
+from schema._wire import (
+    CONTAINERS,
+    NonFinite,
+    fields_of,
+    keep_exact_made,
+    keep_exact_one,
+    nonfinite,
+    noted,
+    unmark,
+)
 
 Version = tuple[int, int]
 
@@ -33,7 +50,11 @@ class Wire:
 
 
 def _nonfinite(value: str) -> float:
-    return {"Infinity": math.inf, "-Infinity": -math.inf}.get(value, math.nan)
+    return NonFinite({"Infinity": math.inf, "-Infinity": -math.inf}.get(value, math.nan))
+
+
+def _nonfinite_out(value: NonFinite, info: SerializationInfo) -> float | str:
+    return value.__wire__ if info.mode_is_json() else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +65,12 @@ class WireName:
 
 
 #: torch writes non-finite floats as these strings; they parse to float and dump back to them.
+#: A finite float stays a plain float (the first arm); a non-finite one, from the strings or a
+#: NaN, an infinity or an overflowing number, is held as a `NonFinite` (see `schema._wire`).
 WireFloat = Annotated[
-    float | Annotated[Literal["Infinity", "-Infinity", "NaN"], AfterValidator(_nonfinite)],
+    Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[float, AfterValidator(nonfinite), PlainSerializer(_nonfinite_out)]
+    | Annotated[Literal["Infinity", "-Infinity", "NaN"], AfterValidator(_nonfinite)],
     WireName("float"),
 ]
 
@@ -91,7 +116,7 @@ class _Model(BaseModel):
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if name not in type(self).__pydantic_fields__:
+        if name not in type(self).__pydantic_fields__ or type(value) is float:
             keep_exact_one(self)
 
     @classmethod

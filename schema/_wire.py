@@ -4,10 +4,15 @@ callback for the others.
 orjson writes an instance of a class whose own namespace has `__dataclass_fields__` from its
 `__dict__` in Rust (skipping `_`-prefixed keys, which no wire field has); a Python callback costs
 about a microsecond per object. That is exact while `__dict__` is the wire form: no extras
-(which live beside it), every field present, and no float field (orjson would write NaN and the
-infinities as null). Classes are marked at import (`write_natively`); every entry point that can
-make a model break that (see `schema._base._Model`) hands it to `keep_exact`, which unmarks its
-class for good.
+(which live beside it) and every field present. Classes are marked at import (`write_natively`);
+every entry point that can make a model break that (see `schema._base._Model`) hands it to
+`keep_exact`, which unmarks its class for good.
+
+Floats: orjson writes finite floats as pydantic does, but NaN and the infinities as null. A float
+field therefore never holds a plain non-finite float: validation makes it a `NonFinite`, which
+orjson (to which a float subclass is no float) hands to the callback, and `keep_exact_one` turns
+one put there by construction or assignment into a `NonFinite` too. A list of floats can be
+changed in place, so only classes with such a list are left to the callback, which rewrites it.
 """
 
 from __future__ import annotations
@@ -49,10 +54,20 @@ def keep_exact(value: Any) -> None:
 
 
 def keep_exact_one(model: BaseModel) -> None:
-    """Unmark the class of `model` if it carries extras or lacks a field."""
+    """Unmark the class of `model` if it carries extras or lacks a field; make a plain NaN or
+    infinity in a float field a `NonFinite`."""
     cls = type(model)
-    if model.__pydantic_extra__ or len(model.__dict__) != len(cls.__pydantic_fields__):
+    fields = model.__dict__
+    if model.__pydantic_extra__ or len(fields) != len(cls.__pydantic_fields__):
         unmark(cls)
+    try:
+        floats = _SCALAR_FLOATS[cls]
+    except KeyError:
+        floats = _SCALAR_FLOATS.setdefault(cls, _float_fields(cls, inside=False))
+    for name in floats:
+        value = fields.get(name)
+        if type(value) is float and not math.isfinite(value):
+            fields[name] = NonFinite(value)
 
 
 def unmark(cls: type[BaseModel]) -> None:
@@ -84,17 +99,35 @@ def keep_exact_made(given: Any, made: Any) -> None:
         keep_exact(made)
 
 
+class NonFinite(float):
+    """NaN or an infinity held by a float field: written as torch's string (see the module)."""
+
+    __slots__ = ()
+
+    @property
+    def __wire__(self) -> str:
+        """torch's string for the value, which orjson's callback writes."""
+        return "NaN" if self != self else "Infinity" if self > 0 else "-Infinity"
+
+
+def nonfinite(value: float) -> float:
+    """A validated non-finite float as the `NonFinite` a float field holds."""
+    return NonFinite(value)
+
+
 class _Unsure(TypeError):
     """Raised inside orjson's callback to hand the document to pydantic's serializer."""
 
 
-#: Per model class: its field count and the fields whose type admits a float.
+#: Per model class: its field count and the fields that can hold a list of floats.
 _LAYOUTS: dict[type, tuple[int, tuple[str, ...]]] = {}
+#: Per model class: the fields that hold a float (not in a list).
+_SCALAR_FLOATS: dict[type, tuple[str, ...]] = {}
 
 
 def fields_of(value: BaseModel) -> dict[str, Any]:
     """A model's wire fields (`__wire__` of a class orjson does not write natively), with
-    non-finite floats as torch's strings; raises where only pydantic can write the model."""
+    non-finite floats in lists as torch's strings; raises where only pydantic can write it."""
     try:
         count, floats = _LAYOUTS[type(value)]
     except KeyError:
@@ -103,7 +136,7 @@ def fields_of(value: BaseModel) -> dict[str, Any]:
     if value.__pydantic_extra__ or len(fields) != count:
         raise _Unsure
     if floats:
-        # orjson writes NaN and the infinities as null; only float-typed fields can hold them.
+        # orjson writes NaN and the infinities as null, and a list may have been given one
         fields = dict(fields)
         for name in floats:
             fields[name] = _wire_floats(fields[name])
@@ -111,17 +144,30 @@ def fields_of(value: BaseModel) -> dict[str, Any]:
 
 
 def layout(cls: type[BaseModel]) -> tuple[int, tuple[str, ...]]:
-    """A model class's field count and the fields whose type admits a float."""
-    floats = tuple(
-        name for name, info in cls.model_fields.items() if _admits_float(info.annotation)
+    """A model class's field count and the fields that can hold a list of floats (which
+    only the callback writes exactly)."""
+    return len(cls.model_fields), _float_fields(cls, inside=True)
+
+
+def _float_fields(cls: type[BaseModel], *, inside: bool) -> tuple[str, ...]:
+    """The fields of `cls` that hold floats in a list (`inside`) or as their value."""
+    return tuple(
+        name
+        for name, info in cls.model_fields.items()
+        if inside in _float_places(info.annotation, inside=False)
     )
-    return len(cls.model_fields), floats
 
 
-def _admits_float(annotation: Any) -> bool:
+def _float_places(annotation: Any, *, inside: bool) -> set[bool]:
+    """Where values of `annotation` can hold a float: in a container (True), or as the value
+    itself (False)."""
     if annotation is float:
-        return True
-    return any(_admits_float(arg) for arg in typing.get_args(annotation))
+        return {inside}
+    inside = inside or typing.get_origin(annotation) in CONTAINERS
+    places: set[bool] = set()
+    for arg in typing.get_args(annotation):
+        places |= _float_places(arg, inside=inside)
+    return places
 
 
 def _wire_floats(value: Any) -> Any:

@@ -48,6 +48,8 @@ class _Builders:
                 self.by_class[arm] = self._arm(arm, target)
         for enum in ENUMS:
             self.by_class[enum] = self._enum(enum, getattr(torch_schema, enum.__name__))
+        # our models hold a NaN or an infinity as a float subclass, which torch refuses
+        self.by_class[schema.NonFinite] = float
 
     def convert(self, value: Any) -> Any:
         """torch's counterpart of any value of our models."""
@@ -56,6 +58,9 @@ class _Builders:
         if builder is not None:
             return builder(value)
         if kind is list:
+            if value and type(value[0]) is float:
+                # a list of floats may hold such a subclass further on
+                return [float(v) for v in value]
             if not value or type(value[0]) in _PRIMITIVES:
                 return list(value)
             return [self.convert(v) for v in value]
