@@ -12,14 +12,20 @@ from pydantic import BaseModel
 
 from app import operations as ops
 from app.api.deps import (
+    Body,
     InspectDep,
     OutputDep,
     PoolDep,
+    Program,
+    ProgramDep,
+    Received,
+    Scratch,
     SettingsDep,
     UploadDep,
     Work,
     WorkDep,
     admit,
+    pool_of,
     settings_of,
 )
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
@@ -61,7 +67,22 @@ def _job_upload(part: Part) -> jobs.Upload:
     return jobs.Upload(part.path, _source_media(part))
 
 
-def _weights_part(upload: Upload) -> Part | None:
+def _program(program: Program) -> jobs.Upload:
+    """The program a route reads: form field `file` or `document`, or the body."""
+    if isinstance(program.received, Body):
+        return jobs.Upload(program.received.data, "json")
+    return _job_upload(program.received.one("file", "document"))
+
+
+def _json(answer: BaseModel) -> Response:
+    """A model as the JSON response its route's response_model describes. A sync route that
+    returns the model itself has FastAPI validate it again in another trip to the thread pool."""
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
+def _weights_part(upload: Received) -> Part | None:
+    if isinstance(upload, Body):
+        return None
     weights = upload.parts.get("weights")
     if weights is not None and weights.media != "safetensors":
         raise ServiceError("unsupported-media-type", "the weights part must be safetensors")
@@ -154,15 +175,13 @@ def deserialize(
     },
 )
 def canonicalize(
-    upload: UploadDep,
+    program: ProgramDep,
     settings: SettingsDep,
-    work: WorkDep,
     output: OutputDep,
     model: str | None = None,
 ) -> Response:
     """An archive or a document -> its canonical bytes, with the digests as headers."""
-    part = _job_upload(upload.one("file", "document"))
-    _, digests = work.run(jobs.job_canonical, part, settings, model, output)
+    _, digests = program.run(jobs.job_canonical, _program(program), settings, model, output)
     return FileResponse(
         output,
         media_type="application/json",
@@ -183,24 +202,29 @@ def canonicalize(
     responses=problem_responses(*READ_PROBLEMS, *WORK_PROBLEMS),
 )
 def validate(
-    upload: UploadDep,
-    settings: SettingsDep,
-    pool: PoolDep,
-    work: WorkDep,
-    output: OutputDep,
+    program: ProgramDep,
+    request: Request,
     level: Level = "torch",
     model: str | None = None,
-) -> Report:
+) -> Response:
     """An archive or a document -> the validation report (200 with valid false if invalid); at
     level torch, the tensors of the safetensors form part `weights`, or else the archive's own."""
-    part = _job_upload(upload.one("file", "document"))
-    weights = _weights_part(upload)
+    # settings and pool are read here, not as dependencies: FastAPI spends the event loop tens
+    # of microseconds on each dependency of each request
+    settings = settings_of(request)
+    weights = _weights_part(program.received)
     path = weights.path if weights is not None else None
-    checked = work.run(jobs.job_check, part, settings, level, model, path, output)
-    if checked.tensors is None:
-        return checked.report  # type: ignore[no-any-return]
-    # the document job wrote the checked document to `output` for the torch job to read
-    return ops.torch_checked(checked.report, pool, output, checked.tensors)
+    with Scratch() as checked_file:
+        # only torch's check reads the checked document, from a file the document job writes
+        document = checked_file.path if level == "torch" else None
+        checked = program.run(
+            jobs.job_check, _program(program), settings, level, model, path, document
+        )
+        if checked.tensors is None:
+            return _json(checked.report)
+        torch_pool = pool_of(request)
+        report = ops.torch_checked(checked.report, torch_pool, checked_file.path, checked.tensors)
+        return _json(report)
 
 
 class Feature(BaseModel):
@@ -243,14 +267,12 @@ class CompatOut(BaseModel):
     responses=problem_responses(*READ_PROBLEMS, *WORK_PROBLEMS),
 )
 def compat(
-    upload: UploadDep,
+    program: ProgramDep,
     settings: SettingsDep,
-    work: WorkDep,
     model: str | None = None,
 ) -> CompatOut:
     """An archive or a document -> the torch releases whose schema can read it, and why not."""
-    part = _job_upload(upload.one("file", "document"))
-    result = work.run(jobs.job_compat, part, settings, model)
+    result = program.run(jobs.job_compat, _program(program), settings, model)
     return CompatOut(
         min_version=result.min_version,
         features=[Feature(feature=f, since=v) for f, v in result.features],
@@ -273,16 +295,14 @@ def compat(
     ),
 )
 def inspect(
-    upload: UploadDep,
+    program: ProgramDep,
     settings: SettingsDep,
     request: InspectDep,
-    work: WorkDep,
     model: str | None = None,
 ) -> BaseModel:
     """What is in a program: module tree, module graph, pipeline stages, partitions for a set of
     supported operators (targets or namespaces), operator histogram, or weights."""
-    part = _job_upload(upload.one("file", "document"))
-    result = work.run(jobs.job_inspect, part, settings, request, model)
+    result = program.run(jobs.job_inspect, _program(program), settings, request, model)
     return answer(request.view, result)
 
 
@@ -331,4 +351,4 @@ def diff(
     result = work.run(jobs.job_diff, old, new, settings, model)
     if format == "text":
         return Response(render_text(result), media_type="text/plain")
-    return Response(result.model_dump_json(), media_type="application/json")
+    return _json(result)

@@ -12,6 +12,7 @@ imports the parent's main module again, as multiprocessing does (`pt2serde serve
 
 from __future__ import annotations
 
+import threading
 import zipfile
 from contextlib import suppress
 from dataclasses import dataclass
@@ -63,17 +64,21 @@ class DocumentRunner(LazyPool):
     """Runs document jobs: in this process for an input of at most `document_inline_bytes`, in
     the document pool (started by its first job) otherwise.
 
-    A round trip to a warm worker costs 5-30 ms (semantic validation, median of 15, on a loaded
-    2-core machine): a 10 KiB document takes 8.8 ms here and 15.4 ms in a worker, while at
-    123-385 KiB (vit, gpt2, bart) the difference is within the noise (-2% to +27%). So small
-    documents stay here, where the 256 KiB default costs at most 24 MiB by the admission
-    estimate, well inside the API process's 64 MiB budget.
+    A round trip to a warm worker costs 0.3-0.6 ms of CPU beyond the job (a 107-node document's
+    semantic validation takes 6-7 ms either way), and more in wake-ups on a busy machine: so
+    small documents stay here, where the 256 KiB default costs at most 24 MiB by the admission
+    estimate, well inside the API process's 64 MiB budget. But one process runs one thread of
+    Python at a time: a second small job while one runs here goes to a worker that is idle at
+    that moment, if any (an HTTP process that got most of the connections then uses the other
+    cores too), and otherwise runs here as well, never waiting behind a large job.
     """
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(document_spec(settings))
         self.inline_bytes = settings.document_inline_bytes
         self.at_start = settings.document_workers_at_start
+        #: held by the small job running in this process, if any
+        self._here = threading.Lock()
 
     def start(self) -> None:
         """Start the workers now if the settings say so (document_workers_at_start): they import
@@ -85,28 +90,32 @@ class DocumentRunner(LazyPool):
     def run(self, size: int, job: Any, *args: Any) -> Any:
         """`job(*args)` for documents of `size` bytes in all, here or in a worker (whose time
         limit grows with `size`: an archive's file size says little about its documents')."""
-        if size <= self.inline_bytes:
-            return job(*args)
-        return self.submit(job, *args, timeout_s=self.spec.time_limit(size))
+        timeout = self.spec.time_limit(size)
+        if size > self.inline_bytes:
+            return self.submit(job, *args, timeout_s=timeout)
+        if self._here.acquire(blocking=False):
+            try:
+                return job(*args)
+            finally:
+                self._here.release()
+        sent, result = self.submit_if_idle(job, *args, timeout_s=timeout)
+        return result if sent else job(*args)
 
 
 @dataclass(frozen=True)
 class Upload:
-    """An uploaded program as a job finds it: its file and what it holds."""
+    """An uploaded program as a job finds it: its file (or a small JSON body's bytes, which
+    never leave the API process) and what it holds."""
 
-    path: Path
+    source: Path | bytes
     media: ops.Media
-
-    def __fspath__(self) -> str:
-        """The file's path: a pool given no time limit scales it with the file's size."""
-        return str(self.path)
 
 
 def job_canonical(
     upload: Upload, settings: Settings, model: str | None, target: Path
 ) -> tuple[str, Digests]:
     """Write the canonical bytes of one model to `target`; its name and digests."""
-    with ops.open_source(upload.path, upload.media, settings) as source:
+    with ops.open_source(upload.source, upload.media, settings) as source:
         result = ops.canonical(source, settings, model)
     target.write_bytes(result.data)
     return result.model, result.digests
@@ -127,14 +136,15 @@ def job_check(
     level: Level,
     model: str | None,
     weights: Path | None,
-    document: Path,
+    document: Path | None,
 ) -> Checked:
-    """Every check of one model short of torch's; at level torch, for a valid program, the
-    checked document is written to `document` for the torch job to read."""
-    with ops.open_source(upload.path, upload.media, settings) as source:
+    """Every check of one model short of torch's; at level torch (which needs `document`), for
+    a valid program, the checked document is written to `document` for the torch job to read."""
+    with ops.open_source(upload.source, upload.media, settings) as source:
         report = ops.check(source, level, settings, model)
         if level != "torch" or not report.valid:
             return Checked(report)
+        assert document is not None, "level torch hands the checked document on in a file"
         name = source.model(model)
         document.write_bytes(schema.dump(source.checked[name].doc))
         return Checked(report, ops.weights_from(weights, source, name))
@@ -145,7 +155,7 @@ def job_buildable(
 ) -> TensorSource:
     """Refuse what torch may not be asked to build (`operations.buildable`); write the checked
     document to `document` for the torch job, and say where that job reads the tensors."""
-    with ops.open_source(upload.path, upload.media, settings) as source:
+    with ops.open_source(upload.source, upload.media, settings) as source:
         tensors = ops.weights_from(weights, source, model)
         document.write_bytes(schema.dump(ops.buildable(source, tensors, settings, model)))
         return tensors
@@ -154,7 +164,7 @@ def job_buildable(
 def job_serialize(upload: Upload, settings: Settings, bundle: bool, target: Path) -> None:
     """Write to `target` an archive's documents and weights manifest as JSON, or with `bundle`,
     a zip of them and the weights as safetensors (streamed: the weights never sit in memory)."""
-    with ops.open_source(upload.path, upload.media, settings) as source:
+    with ops.open_source(upload.source, upload.media, settings) as source:
         result = ops.serialize(source, settings)
         manifest = [w.model_dump(mode="json") for w in result.weights]
         if not bundle:
@@ -173,20 +183,20 @@ def job_inspect(
     upload: Upload, settings: Settings, request: ops.InspectRequest, model: str | None
 ) -> BaseModel:
     """One view of what is in a program."""
-    with ops.open_source(upload.path, upload.media, settings) as source:
+    with ops.open_source(upload.source, upload.media, settings) as source:
         return ops.inspect(source, settings, request, model)
 
 
 def job_diff(old: Upload, new: Upload, settings: Settings, model: str | None) -> ProgramDiff:
     """What changed between one model of two programs."""
     with (
-        ops.open_source(old.path, old.media, settings) as was,
-        ops.open_source(new.path, new.media, settings) as now,
+        ops.open_source(old.source, old.media, settings) as was,
+        ops.open_source(new.source, new.media, settings) as now,
     ):
         return ops.program_diff(was, now, settings, model)
 
 
 def job_compat(upload: Upload, settings: Settings, model: str | None) -> schema.Compat:
     """Which schema versions and torch releases can read one model's document."""
-    with ops.open_source(upload.path, upload.media, settings) as source:
+    with ops.open_source(upload.source, upload.media, settings) as source:
         return ops.compat(source, settings, model)

@@ -178,7 +178,25 @@ class WorkerPool:
         """
         timeout = self._timeout(timeout_s if timeout_s is not None else self._scaled(args))
         payload = self._payload(job, args, timeout)
-        worker = self._take()
+        return self._run_on(self._take(), payload, timeout)
+
+    def submit_if_idle(
+        self, job: Job, *args: Any, timeout_s: float | None = None
+    ) -> tuple[bool, Any]:
+        """`submit` if a started worker is idle at this moment: (True, its result); otherwise
+        (False, None) at once, without waiting for a worker or starting one."""
+        worker = self._take_idle()
+        if worker is None:
+            return False, None
+        try:
+            timeout = self._timeout(timeout_s if timeout_s is not None else self._scaled(args))
+            payload = self._payload(job, args, timeout)
+        except BaseException:
+            self._give_back(worker, _Fate.KEEP)
+            raise
+        return True, self._run_on(worker, payload, timeout)
+
+    def _run_on(self, worker: _Worker, payload: memoryview, timeout: float | None) -> Any:
         fate = _Fate.REPLACE
         try:
             self._await_ready(worker)
@@ -266,6 +284,22 @@ class WorkerPool:
         except Failure:
             self._idle.put(_Slot.VACANT)
             raise
+
+    def _take_idle(self) -> _Worker | None:
+        """An idle worker that is alive and has finished starting, if one is queued now (the
+        items passed over keep their places, ahead of anything queued meanwhile)."""
+        passed: list[_Worker | _Slot] = []
+        found: _Worker | None = None
+        with contextlib.suppress(queue.Empty):
+            while found is None and not self._closed:
+                item = self._idle.get_nowait()
+                if isinstance(item, _Worker) and item.process.is_alive() and _started(item):
+                    found = item
+                else:
+                    passed.append(item)
+        for item in passed:
+            self._idle.put(item)
+        return found
 
     def _idle_worker_first(self) -> _Worker | _Slot:
         """Having drawn a vacant slot: an idle worker (or the closing marker) queued behind it
@@ -460,6 +494,14 @@ def _await_reply(worker: _Worker, clock: JobClock, timeout: float | None) -> lis
             return ready
 
 
+def _started(worker: _Worker) -> bool:
+    """Whether the worker has said it is ready (its message waits in the pipe until a submitter
+    reads it: `_await_ready` then returns at once)."""
+    with contextlib.suppress(OSError, EOFError):
+        return worker.ready or worker.conn.poll(0)
+    return False
+
+
 def resident_bytes(pid: int) -> int | None:
     """The resident set of process `pid` in bytes (None: gone, or no /proc here)."""
     try:
@@ -502,6 +544,16 @@ class LazyPool:
     def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
         """Run a job in a worker (see WorkerPool.submit)."""
         return self.get().submit(job, *args, timeout_s=timeout_s)
+
+    def submit_if_idle(
+        self, job: Job, *args: Any, timeout_s: float | None = None
+    ) -> tuple[bool, Any]:
+        """`WorkerPool.submit_if_idle`, if the pool was started: never starts it."""
+        with self._lock:
+            pool = self._pool
+        if pool is None:
+            return False, None
+        return pool.submit_if_idle(job, *args, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Stop the workers, if they were started."""

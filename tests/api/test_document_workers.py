@@ -5,11 +5,13 @@ Retry-After when the budget and its queue are full."""
 from __future__ import annotations
 
 import io
+import tempfile
 import threading
 import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,6 +27,7 @@ from app.workers.documents import DocumentRunner
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
+JSON = {"Content-Type": "application/json"}
 #: every upload goes to a document worker
 IN_WORKERS = Settings(document_inline_bytes=0, document_workers=1, workers=1)
 
@@ -203,3 +206,68 @@ def test_a_push_is_admitted_as_the_program_routes_are(archive: bytes, tmp_path: 
         pushed = client.post("/v1/models/busy/versions", content=archive, headers=ZIP)
         assert pushed.status_code == 201, pushed.text
         assert admission.in_flight == 0
+
+
+def test_a_small_json_body_is_checked_from_memory_a_large_one_from_its_file(
+    zoo: dict[str, ZooProgram], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JSON body of at most document_inline_bytes never touches the disk (no upload folder,
+    no folder for a response) and gets the library's answer; a larger one is streamed to a
+    file, as are archives and forms."""
+    document = torch_json(zoo[PROGRAM_NAMES[0]].ep)
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        folder: str = real_mkdtemp(*args, **kwargs)
+        made.append(Path(folder).name)
+        return folder
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    for inline, on_disk in ((len(document), False), (len(document) - 1, True)):
+        settings = Settings(document_inline_bytes=inline, document_workers=1, workers=1)
+        with TestClient(create_app(settings)) as client:
+            made.clear()
+            for level in ("schema", "semantic"):
+                answer = client.post(
+                    "/v1/validate", params={"level": level}, content=document, headers=JSON
+                )
+                assert answer.status_code == 200, answer.text
+                with ops.open_source(document, "json", settings) as source:
+                    library = ops.validate(source, level, settings, None)
+                assert answer.json() == orjson.loads(library.model_dump_json())
+            compat = client.post("/v1/compat", content=document, headers=JSON)
+            assert compat.status_code == 200, compat.text
+            uploads = [name for name in made if name.startswith("pt2serde-upload-")]
+            assert len(uploads) == (3 if on_disk else 0), made
+            assert not [name for name in made if not name.startswith("pt2serde-upload-")]
+
+
+def test_a_small_empty_or_oversized_json_body_is_refused_as_before() -> None:
+    settings = Settings(max_upload_bytes=100, document_workers=1, workers=1)
+    with TestClient(create_app(settings)) as client:
+        empty = client.post("/v1/validate", content=b"", headers=JSON)
+        assert empty.status_code == 400, empty.text
+        assert empty.json()["code"] == "bad-request"
+        large = client.post("/v1/validate", content=b"{" + b" " * 200 + b"}", headers=JSON)
+        assert large.status_code == 413, large.text
+        assert large.json()["code"] == "payload-too-large"
+        assert large.headers["Content-Type"] == "application/problem+json"
+
+
+def test_level_torch_hands_the_checked_document_on_in_a_scratch_file_it_removes(
+    archive: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with TestClient(create_app(Settings(workers=1, document_workers=1))) as client:
+        report = client.post(
+            "/v1/validate", params={"level": "torch"}, content=archive, headers=ZIP
+        )
+        assert report.status_code == 200, report.text
+        assert report.json()["valid"], report.text
+        assert "torch" not in report.json()["unchecked"]
+        semantic = client.post(
+            "/v1/validate", params={"level": "semantic"}, content=archive, headers=ZIP
+        )
+        assert semantic.status_code == 200, semantic.text
+    assert not list(tmp_path.glob("pt2serde-*"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -186,3 +187,64 @@ def test_small_inputs_stay_in_process_large_ones_go_to_a_worker() -> None:
         assert runner.run(101, jobs.pid) != os.getpid()
     finally:
         runner.close()
+
+
+def test_a_second_small_job_goes_to_an_idle_worker_while_one_runs_here(tmp_path: Path) -> None:
+    """One small job at a time runs in this process (its Python runs one thread at a time); a
+    second one meanwhile goes to a worker idle at that moment, or else runs here too: it never
+    waits for a worker, nor starts the pool."""
+    runner = DocumentRunner(Settings(document_workers=1, document_inline_bytes=100))
+    try:
+        answers: list[int] = []
+
+        def inline_sleep(marker: Path) -> None:
+            answers.append(runner.run(10, jobs.sleep, 1.5, str(marker)))
+
+        def meanwhile(marker: Path) -> int:
+            holder = threading.Thread(target=inline_sleep, args=(marker,))
+            holder.start()
+            _wait_for(marker)
+            try:
+                answer: int = runner.run(10, jobs.pid)
+            finally:
+                holder.join()
+            return answer
+
+        # the pool not started: here, and the pool stays unstarted
+        assert meanwhile(tmp_path / "first") == os.getpid()
+        assert runner._pool is None
+        assert answers == [os.getpid()]
+        worker = runner.run(101, jobs.pid)  # starts the pool
+        assert worker != os.getpid()
+        assert meanwhile(tmp_path / "second") == worker
+        # the only worker busy too: here again, at once
+        busy = threading.Thread(target=runner.run, args=(101, jobs.sleep, 3.0, str(tmp_path / "w")))
+        busy.start()
+        _wait_for(tmp_path / "w")
+        began = time.monotonic()
+        assert meanwhile(tmp_path / "third") == os.getpid()
+        assert time.monotonic() - began < 2.5
+        busy.join()
+    finally:
+        runner.close()
+
+
+def _wait_for(marker: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"{marker} never appeared"
+        time.sleep(0.01)
+
+
+def test_submit_if_idle_never_waits_for_a_worker(documents: WorkerPool, tmp_path: Path) -> None:
+    worker = documents.submit(jobs.pid)  # started and ready
+    assert documents.submit_if_idle(jobs.pid) == (True, worker)
+    marker = tmp_path / "started"
+    busy = threading.Thread(target=documents.submit, args=(jobs.sleep, 2.0, str(marker)))
+    busy.start()
+    _wait_for(marker)
+    began = time.monotonic()
+    assert documents.submit_if_idle(jobs.pid) == (False, None)
+    assert time.monotonic() - began < 0.5
+    busy.join()
+    assert documents.submit_if_idle(jobs.pid) == (True, worker)
