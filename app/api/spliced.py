@@ -45,7 +45,21 @@ class SplicedResponse(Response):
         return b""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Send the head, then each run, the last chunk closing the body."""
+        """Send the head, then each run, the last chunk closing the body; a client that goes
+        away ends the reading (as Starlette's own streamed answers do)."""
+        async with anyio.create_task_group() as group:
+
+            async def answer() -> None:
+                await self._send(send)
+                group.cancel_scope.cancel()
+
+            group.start_soon(answer)
+            # the server reports the disconnect, or the end of the answer, here
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+    async def _send(self, send: Send) -> None:
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
