@@ -8,6 +8,7 @@ is stopped with SIGKILL after a short grace.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -88,6 +89,16 @@ def _wait_ready(server: Seaweed) -> None:
             time.sleep(0.3)
 
 
+def _identities(root: Path) -> Path:
+    """The S3 gateway's identities: ACCESS may do anything, anyone else nothing (without them
+    the gateway would take every request unsigned, and check no signature or payload hash)."""
+    keys = {"accessKey": ACCESS["AWS_ACCESS_KEY_ID"], "secretKey": ACCESS["AWS_SECRET_ACCESS_KEY"]}
+    config = {"identities": [{"name": "pt2serde", "credentials": [keys], "actions": ["Admin"]}]}
+    path = root / "s3.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
 @contextmanager
 def running() -> Iterator[Seaweed]:
     """SeaweedFS on loopback, its AWS_* variables set in this process while it runs."""
@@ -98,6 +109,7 @@ def running() -> Iterator[Seaweed]:
         f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
         f"-s3.port={s3}", "-master.volumeSizeLimitMB=256", "-volume.max=0", "-metricsPort=0",
         "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+        f"-s3.config={_identities(root)}",
     ]  # fmt: skip
     with (root / "weed.log").open("wb") as log:
         process = subprocess.Popen(
