@@ -68,13 +68,19 @@ def test_uploads_over_the_threshold_are_read_in_a_document_worker(
     assert answer.headers["X-Program-Digest"] == expected.digests.program
     assert answer.headers["ETag"] == f'"{expected.digests.program}"'
     assert _runner(in_workers).get().worker_pids()  # the pool was started for it
+    _validates_as_the_library(in_workers, IN_WORKERS, archive, "zip")
+
+
+def _validates_as_the_library(
+    client: TestClient, settings: Settings, data: bytes, media: ops.Media
+) -> None:
+    """/v1/validate answers the library's report at levels schema and semantic."""
+    headers = JSON if media == "json" else ZIP
     for level in ("schema", "semantic"):
-        report = in_workers.post(
-            "/v1/validate", params={"level": level}, content=archive, headers=ZIP
-        )
+        report = client.post("/v1/validate", params={"level": level}, content=data, headers=headers)
         assert report.status_code == 200, report.text
-        with ops.open_source(archive, "zip", IN_WORKERS) as source:
-            library = ops.validate(source, level, IN_WORKERS, None)
+        with ops.open_source(data, media, settings) as source:
+            library = ops.validate(source, level, settings, None)
         assert report.json() == orjson.loads(library.model_dump_json())
 
 
@@ -228,14 +234,7 @@ def test_a_small_json_body_is_checked_from_memory_a_large_one_from_its_file(
         settings = Settings(document_inline_bytes=inline, document_workers=1, workers=1)
         with TestClient(create_app(settings)) as client:
             made.clear()
-            for level in ("schema", "semantic"):
-                answer = client.post(
-                    "/v1/validate", params={"level": level}, content=document, headers=JSON
-                )
-                assert answer.status_code == 200, answer.text
-                with ops.open_source(document, "json", settings) as source:
-                    library = ops.validate(source, level, settings, None)
-                assert answer.json() == orjson.loads(library.model_dump_json())
+            _validates_as_the_library(client, settings, document, "json")
             compat = client.post("/v1/compat", content=document, headers=JSON)
             assert compat.status_code == 200, compat.text
             uploads = [name for name in made if name.startswith("pt2serde-upload-")]
