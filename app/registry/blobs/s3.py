@@ -51,6 +51,8 @@ _PARALLEL = 4
 _AHEAD = 16
 #: connections kept to the store, for requests of every thread
 _POOL = 64
+#: bytes a reader of an object buffers (small reads, and the tails of large ones)
+_BUFFER = 64 * 1024
 #: tries of a request (GET, PUT and HEAD are idempotent): a kept-alive connection the store
 #: closed meanwhile, a connection failure or a 5xx answer is tried again on a new connection
 _TRIES = 5
@@ -168,7 +170,10 @@ class S3Objects:
         key = self.key(digest)
         # the GET a read needs anyway tells the size: no HEAD first
         raw = _ObjectReader(functools.partial(self._get, key), self._store, key)
-        return cast(BinaryIO, io.BufferedReader(raw, buffer_size=MiB))
+        # a small buffer: a read larger than it goes straight into the caller's buffer, a smaller
+        # one through it; a read a rebuilt archive cuts at an object's end would otherwise pass
+        # (with all that follows it) through a buffer as large as the reads
+        return cast(BinaryIO, io.BufferedReader(raw, buffer_size=_BUFFER))
 
     def _get(self, key: str, start: int) -> _Answer:
         """A streaming GET of the object from byte `start`, its connection kept until read."""
