@@ -39,10 +39,11 @@ def _sent(response: SplicedResponse, *, leaves: bool = False) -> tuple[list[Any]
     return messages, b"".join(m.get("body", b"") for m in messages[1:])
 
 
-def test_the_runs_are_sent_in_order_in_chunks(
+def test_the_runs_are_sent_in_order_a_group_per_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spliced, "CHUNK", 3)
+    monkeypatch.setattr(spliced, "CHUNK", 6)
+    monkeypatch.setattr(spliced, "SMALL", 4)
     head, upload = tmp_path / "head", tmp_path / "upload"
     head.write_bytes(b"HEADtail")
     upload.write_bytes(bytes(range(100)))
@@ -51,11 +52,12 @@ def test_the_runs_are_sent_in_order_in_chunks(
     messages, body = _sent(response)
     assert [m["more_body"] for m in messages[1:]] == [True] * (len(messages) - 2) + [False]
     assert body == b"HEAD" + bytes(range(10, 17)) + b"tail" + b"\x00"
+    # groups of 6 bytes; in each, a run of 4 or more sent as read, shorter ones joined
+    assert [len(m["body"]) for m in messages[1:]] == [4, 2, 5, 1, 4, 0]
     headers = dict(messages[0]["headers"])
     assert headers[b"content-length"] == str(len(body)).encode()
     assert headers[b"content-disposition"] == b'attachment; filename="program.pt2"'
     assert headers[b"content-type"] == b"application/zip"
-    assert max(len(m["body"]) for m in messages[1:]) == 3
 
 
 @pytest.mark.parametrize("segment", [(2, 0, 1), (-1, 0, 1), (1, 95, 6), (0, -1, 2), (0, 0, 0)])
