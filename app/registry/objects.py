@@ -1,13 +1,17 @@
 """The registry's record of blob objects and of how stored archives are made of them.
 
-A push claims its objects (a row each, touched now) before it uploads the ones not stored yet,
-and in the transaction that adds its version (holding the blob lock shared) it stores again
-whatever gc took meanwhile and marks every one present. Gc holds the lock exclusively while it
-deletes, so no version is ever committed over an object gc removed.
+A push claims its objects (a row each, touched now) before it uploads the ones not stored yet
+(a local store places each payload as soon as it is copied, before the claim: gc leaves an
+object with no row alone for the claim grace, and the commit re-stores it from the push's own
+copy anyway), and in the transaction that adds its version (holding the blob lock shared) it
+stores again whatever gc took meanwhile and marks every one present. Gc holds the lock
+exclusively while it deletes, so no version is ever committed over an object gc removed.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -26,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.registry.db import metadata, now
+from app.registry.db import Database, metadata, now
 from app.registry.packing import Layout
 
 blob_objects = Table(
@@ -127,6 +131,34 @@ def layout_of(conn: Connection, digest: str) -> Layout | None:
     """The layout of a stored archive (None for one stored whole, before issue 16)."""
     row = conn.execute(select(blob_archives).where(blob_archives.c.digest == digest)).first()
     return None if row is None else Layout.of(row.size, row.skeleton, row.holes)
+
+
+class Layouts:
+    """Layouts of stored archives, the most recently used remembered: an archive's bytes decide
+    its layout, so one read of the database serves every later pull and Range request of it (an
+    archive gc took since fails as before, when its skeleton is opened)."""
+
+    def __init__(self, db: Database, size: int = 64) -> None:
+        self._db = db
+        self._size = size
+        self._known: OrderedDict[str, Layout] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, digest: str) -> Layout | None:
+        """The layout of the stored archive `digest` (None for one stored whole)."""
+        with self._lock:
+            layout = self._known.get(digest)
+            if layout is not None:
+                self._known.move_to_end(digest)
+                return layout
+        with self._db.read() as conn:
+            layout = layout_of(conn, digest)
+        if layout is not None:
+            with self._lock:
+                self._known[digest] = layout
+                while len(self._known) > self._size:
+                    self._known.popitem(last=False)
+        return layout
 
 
 def touched_before(conn: Connection, cutoff: datetime) -> dict[str, bool]:

@@ -192,6 +192,7 @@ class Rebuilt(Reader):
             opening = self._opening.pop(digest, None)
             handle = self._open(digest) if opening is None else opening.result()
             self._handles[digest] = handle
+            self._at[digest] = 0  # an object opens at its start (ahead or not): no seek there
             self._read_ahead(index)
         return handle
 

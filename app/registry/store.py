@@ -74,6 +74,7 @@ class Registry:
         self._periodic: Periodic | None = None
         try:
             self.db = Database(settings)
+            self.layouts = objects.Layouts(self.db)
             self.access = Access(self.db, settings.default_permission)
             try:
                 self.db.migrate()
@@ -490,8 +491,7 @@ class Registry:
         """An object, or an archive rebuilt from its skeleton and tensor objects (one stored
         whole before issue 16 is its own object); FileNotFoundError if gc took it."""
         if archive:
-            with self.db.read() as conn:
-                layout = objects.layout_of(conn, digest)
+            layout = self.layouts.of(digest)
             if layout is not None:
                 return rebuilt(layout, self.blobs.open, self.blobs.objects.read_ahead)
         return self.blobs.open(digest)

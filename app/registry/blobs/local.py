@@ -112,33 +112,39 @@ class LocalObjects:
         it into the store: each object is placed while the others are still being written (a
         push's claim and commit come after, and its commit stores again whatever gc took
         meanwhile, from `into`, which stays until then)."""
-        # read into this thread's buffer, hashed there and written from there: one pass over
-        # the bytes, where a kernel copy would leave the hash a second pass, and a payload's
-        # unaligned start would leave the copy in small page-cache pages that read slower
-        view = self._buffer()
-        digest = hashlib.sha256()
         src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
         try:
             dst = os.open(into, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                done = 0
-                while done < size:
-                    got = os.preadv(src, [view[: min(len(view), size - done)]], offset + done)
-                    if got == 0:
-                        raise OSError(f"the file ended {size - done} bytes early")
-                    digest.update(view[:got])
-                    written = 0
-                    while written < got:
-                        written += os.write(dst, view[written:got])
-                    done += got
+                digest = self._copy_hashed(src, dst, offset, size)
                 os.fsync(dst)
             finally:
                 os.close(dst)
         finally:
             os.close(src)
-        piece = Piece(into, 0, size, durable=True, digest=digest.hexdigest())
-        self.put(piece, digest.hexdigest())
+        piece = Piece(into, 0, size, durable=True, digest=digest)
+        self.put(piece, digest)
         return piece
+
+    def _copy_hashed(self, src: int, dst: int, offset: int, size: int) -> str:
+        """Copy `size` bytes of `src` from `offset` to `dst` through this thread's buffer; their
+        sha256."""
+        # one pass over the bytes, where a kernel copy would leave the hash a second pass, and
+        # a payload's unaligned start would leave the copy in small page-cache pages that read
+        # slower
+        view = self._buffer()
+        digest = hashlib.sha256()
+        done = 0
+        while done < size:
+            got = os.preadv(src, [view[: min(len(view), size - done)]], offset + done)
+            if got == 0:
+                raise OSError(f"the file ended {size - done} bytes early")
+            digest.update(view[:got])
+            written = 0
+            while written < got:
+                written += os.write(dst, view[written:got])
+            done += got
+        return digest.hexdigest()
 
     def _buffer(self) -> memoryview:
         """This thread's carving buffer (made once per thread: a fresh one faults its pages)."""
