@@ -73,8 +73,13 @@ def _weed() -> str:
 
 
 def _wait_ready(server: Seaweed) -> None:
-    keys = {k.lower(): v for k, v in ACCESS.items()}
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", **keys)
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=ACCESS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=ACCESS["AWS_SECRET_ACCESS_KEY"],
+    )
     deadline = time.monotonic() + _START_TIMEOUT_S
     while True:
         if server.process.poll() is not None:

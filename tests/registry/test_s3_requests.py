@@ -42,6 +42,8 @@ def _botocore(
         ("GET", "/bucket/ab/" + "ab" * 32, {"Range": "bytes=1000-"}, b""),
         ("HEAD", "/bucket/p%20q/%C3%A9t%C3%A9~x/cd/" + "cd" * 32, {}, b""),
         ("PUT", "/bucket/p/ef/" + "ef" * 32, {"Content-Length": "11"}, b"hello bytes"),
+        # a part: the query's parameters are signed sorted, as sent (encoded)
+        ("PUT", "/b/k?uploadId=a%2Fb%3D%3D_-.~x&partNumber=12", {"Content-Length": "2"}, b"ab"),
     ],
 )
 def test_signature_is_botocores(
@@ -98,6 +100,25 @@ def test_requests_round_trip(seaweed: Seaweed, tmp_path: Path) -> None:
     # every socket was closed, none left to the garbage collector
     del objects, handle
     gc.collect()
+
+
+def test_parts_of_a_large_object(seaweed: Seaweed, tmp_path: Path) -> None:
+    objects = S3Objects("requests", "parts", part_bytes=5 * 1024 * 1024)
+    source = tmp_path / "data"
+    data = hashlib.sha256(b"seed").digest() * (11 * 1024 * 1024 // 32 + 7)
+    source.write_bytes(b"before" + data)
+    digest = hashlib.sha256(data).hexdigest()
+    # three parts (5, 5 and 1 MiB and a bit), from a span of the file
+    objects.put(Piece(source, 6, len(data)), digest)
+    with objects.open(digest) as handle:
+        assert handle.read() == data
+    assert objects.unfinished() == []
+    # a failed part aborts its upload: nothing is left half-written
+    short = Piece(source, 6, len(data) + 100)
+    with pytest.raises(OSError, match="ends before byte"):
+        objects.put(short, "00" * 32)
+    assert objects.unfinished() == []
+    assert not objects.exists("00" * 32)
 
 
 def test_a_dropped_connection_is_tried_again(seaweed: Seaweed, tmp_path: Path) -> None:

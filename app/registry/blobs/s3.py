@@ -1,16 +1,17 @@
 """The S3-compatible backend (AWS S3, SeaweedFS, Ceph RGW, R2, ...) through boto3.
 
 boto3 is the reference client of the S3 API, kept by AWS, and reads the standard AWS_*
-variables and config files itself; its transfer manager (s3transfer) uploads large files in
-parts, several at once, streamed from the file. Objects are ``<prefix>/<two hex>/<sha256 hex>``;
+variables and config files itself. An object larger than the part size is uploaded in parts,
+several at once, each streamed from the file. Objects are ``<prefix>/<two hex>/<sha256 hex>``;
 a PUT (or a completed multipart upload) makes an object visible whole or not at all. Reads
 stream one GET from the current position, and a seek elsewhere starts a ranged GET there.
 
-The requests a push and a pull make by the hundred (GET, PUT of an object up to the part size,
-HEAD) skip botocore's per-call machinery (endpoint rules, events, signing, parsing), which
-costs more CPU than a 4 MiB object's bytes: they are signed here (AWS Signature Version 4, its
-day's key kept; a test checks it against botocore's signer) and sent over kept-alive
-`http.client` connections, each read straight into the caller's buffer.
+The requests a push and a pull make by the hundred (GET, PUT of an object or a part, HEAD)
+skip botocore's per-call machinery (endpoint rules, events, signing, parsing), which costs more
+CPU than a 4 MiB object's bytes: they are signed here (AWS Signature Version 4, its day's key
+kept; a test checks it against botocore's signer) and sent over kept-alive `http.client`
+connections, a body from its file by sendfile, an answer read straight into the caller's
+buffer. botocore makes the rarer calls (listing, deleting, multipart begin/complete/abort).
 """
 
 from __future__ import annotations
@@ -28,24 +29,26 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import quote, urlsplit
 
 import boto3
-from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from app.registry.blobs.base import Listed, Piece, Reader, Upload, is_digest, open_window
+from app.registry.blobs.base import Listed, Piece, Reader, Upload, is_digest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
 MiB = 1024 * 1024
-#: parts one multipart upload has in flight at once
-_PARALLEL = 4
+#: parts one multipart upload has in flight at once: as many as a push's objects (4 parts of
+#: 16 MiB took 2.9 s for 200 MiB on SeaweedFS where 16 took 1.9 s)
+_PARALLEL = 16
 #: objects one push uploads at once, and one pull fetches ahead of its read at most (their
 #: first MiBs, see packing): small objects' requests wait on the store, not on this CPU
 _AHEAD = 16
@@ -95,11 +98,6 @@ class S3Objects:
         self.parallel = _AHEAD
         self.read_ahead = _AHEAD
         self._part_bytes = part_bytes
-        self._transfer = TransferConfig(
-            multipart_threshold=part_bytes,
-            multipart_chunksize=part_bytes,
-            max_concurrency=_PARALLEL,
-        )
         self._ensure_bucket()
         self._store = _Requests(self.client, credentials, bucket)
 
@@ -148,22 +146,45 @@ class S3Objects:
         """Upload the piece: one PUT up to the part size, in parts (several at once) past it,
         streamed from the file."""
         key = self.key(digest)
-        whole = piece.offset == 0 and piece.size == piece.path.stat().st_size
-        if piece.size > self._part_bytes and whole:
-            # the transfer manager reads a file's parts from the file, not into memory
-            self.client.upload_file(str(piece.path), self.bucket, key, Config=self._transfer)
-            return
         if piece.size <= self._part_bytes:
             # one request, signed with the object's digest as its payload's sha256 (a store that
             # checks payloads, as AWS S3 does, refuses other bytes): nothing hashes them again
-            length = {"Content-Length": str(piece.size)}
-            answer, connection = self._store.send("PUT", key, length, piece, digest)
-            detail = self._store.finish(answer, connection)
-            if answer.status != 200:
-                raise OSError(f"PUT {key} answered HTTP {answer.status}: {detail[:300]!r}")
+            self._put_bytes(key, piece, digest, None)
             return
-        with open_window(piece) as body:
-            self.client.upload_fileobj(body, self.bucket, key, Config=self._transfer)
+        # botocore begins, completes and aborts; the parts go as single PUTs do
+        upload = str(self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"])
+        spans = [
+            Piece(piece.path, piece.offset + at, min(self._part_bytes, piece.size - at))
+            for at in range(0, piece.size, self._part_bytes)
+        ]
+        try:
+            with ThreadPoolExecutor(_PARALLEL, "s3-parts") as pool:
+                put = functools.partial(self._put_part, key, upload)
+                tags = list(pool.map(put, range(1, len(spans) + 1), spans))
+            parts: list[CompletedPartTypeDef] = [
+                {"ETag": tag, "PartNumber": n} for n, tag in enumerate(tags, 1)
+            ]
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
+            )
+        except BaseException:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+            raise
+
+    def _put_part(self, key: str, upload: str, number: int, part: Piece) -> str:
+        """Upload the part `number` (its sha256 signed, as an object's is); its ETag."""
+        digest = self.carve(part.path, part.offset, part.size, part.path).digest
+        query = {"partNumber": str(number), "uploadId": upload}
+        return self._put_bytes(key, part, str(digest), query)
+
+    def _put_bytes(self, key: str, piece: Piece, digest: str, query: dict[str, str] | None) -> str:
+        """One PUT of the piece's bytes (whose sha256 is `digest`); the answer's ETag."""
+        length = {"Content-Length": str(piece.size)}
+        answer, connection = self._store.send("PUT", key, length, piece, digest, query)
+        detail = self._store.finish(answer, connection)
+        if answer.status != 200:
+            raise OSError(f"PUT {key} answered HTTP {answer.status}: {detail[:300]!r}")
+        return str(answer.headers.get("ETag", ""))
 
     def open(self, digest: str) -> BinaryIO:
         """A seekable reader of the object (FileNotFoundError if it is not stored)."""
@@ -264,9 +285,15 @@ class SigV4:
         return self._key[2]
 
     def sign(
-        self, method: str, path: str, headers: dict[str, str], payload: str, now: float
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        payload: str,
+        now: float,
     ) -> dict[str, str]:
-        """The headers with the signature's (Host, X-Amz-Date, ..., Authorization) added."""
+        """The headers with the signature's (Host, X-Amz-Date, ..., Authorization) added; `target`
+        is the path and query as sent (encoded)."""
         # frozen: a refreshing credential must not change between the key and the secret
         frozen = self._credentials.get_frozen_credentials()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
@@ -276,8 +303,11 @@ class SigV4:
         every = {**headers, **added}
         signed = sorted((name.lower(), " ".join(str(v).split())) for name, v in every.items())
         names = ";".join(name for name, _ in signed)
+        path, _, query = target.partition("?")
+        # a query's parameters sorted (ours are encoded already, as sent)
+        ordered = "&".join(sorted(query.split("&"))) if query else ""
         canonical = "\n".join(
-            [method, path, "", *(f"{n}:{v}" for n, v in signed), "", names, payload]
+            [method, path, ordered, *(f"{n}:{v}" for n, v in signed), "", names, payload]
         )
         scope = f"{stamp[:8]}/{self._region}/s3/aws4_request"
         text = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{_sha256(canonical.encode())}"
@@ -350,9 +380,12 @@ class _Requests:
         headers: dict[str, str],
         body: Piece | None = None,
         payload: str = _EMPTY_SHA256,
+        query: dict[str, str] | None = None,
     ) -> _Answer:
         """Send the request (the piece's bytes as its body) and read the answer's head."""
         path = self._path + quote(key, safe="/~")
+        if query:
+            path += "?" + "&".join(f"{k}={quote(v, safe='-_.~')}" for k, v in query.items())
         for attempt in range(_TRIES):
             signed = headers
             if self._signer is not None:
