@@ -61,6 +61,8 @@ _BUFFER = 64 * 1024
 _TRIES = 5
 #: seconds before the n-th try again (the first, most often a stale connection, at once)
 _BACKOFF_S = 0.2
+#: seconds a connection, or a read or write on it, may wait (botocore's default)
+_TIMEOUT_S = 60.0
 #: the sha256 of no bytes: the signed payload of a GET or HEAD
 _EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
@@ -353,9 +355,11 @@ class _Requests:
                 return self._idle.pop()
         connection: http.client.HTTPConnection
         if self._tls is not None:
-            connection = http.client.HTTPSConnection(self._host, self._port, context=self._tls)
+            connection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=_TIMEOUT_S, context=self._tls
+            )
         else:
-            connection = http.client.HTTPConnection(self._host, self._port)
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=_TIMEOUT_S)
         connection.response_class = _Response
         return connection
 
