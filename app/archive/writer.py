@@ -15,7 +15,7 @@ import hashlib
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -210,7 +210,7 @@ def write_archive(
     documents: dict[str, bytes],
     tensors: Sequence[RawTensor | StreamedTensor],
     *,
-    opaque_members: dict[str, Data] | None = None,
+    opaque_members: Mapping[str, Data] | None = None,
     root: str = DEFAULT_ROOT,
 ) -> None:
     """Write a .pt2 that `torch.export.load` opens; a path is replaced atomically.
@@ -233,7 +233,7 @@ def _members(
     root: str,
     documents: dict[str, bytes],
     tensors: Sequence[RawTensor | StreamedTensor],
-    opaque: dict[str, Data],
+    opaque: Mapping[str, Data],
 ) -> list[tuple[str, Data]]:
     """Every member in torch's order, validated against what the reader accepts."""
     if "/" in root:
