@@ -161,6 +161,10 @@ def _once(fn: Callable[[], T], *, first: bool) -> tuple[float, T, int | None]:
         release_memory()
         base = status_kib("VmRSS")
         can_reset = reset_peak()
+    else:
+        # no run pays for collecting what the one before it left young (a floor run after one
+        # of ours would otherwise walk our freshly made objects)
+        gc.collect()
     started = time.perf_counter()
     result = fn()
     seconds = time.perf_counter() - started
