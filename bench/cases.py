@@ -34,7 +34,7 @@ from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, weights_digest
 from app.programs.findings import Report
 from app.settings import Settings
-from bench.measure import Alongside, CheckFailed, Timing, timed
+from bench.measure import CheckFailed, Timing, timed
 from bench.plan import Plan
 from bench.programs import Program
 from bench.progress import progress
@@ -97,19 +97,15 @@ def _ours(
     fn: Callable[[], T],
     check: Callable[[T], None],
     repeats: int,
-    alongside: Alongside | None = None,
 ) -> T | None:
-    """Time our side if it fits the budget (with `alongside` in turn); a failed check or an
-    exception makes the row FAIL."""
+    """Time our side if it fits the budget; a failed check or an exception makes the row FAIL."""
     estimate = plan.estimate(f"ours.{key}", nodes)
     if not plan.fits(estimate):
         m.excluded = f"not run: est. {estimate:.0f} s does not fit the time budget"
         return None
     started = time.perf_counter()
     try:
-        m.ours, result = timed(
-            fn, repeats=repeats, check=check, budget=plan.repeat_budget, alongside=alongside
-        )
+        m.ours, result = timed(fn, repeats=repeats, check=check, budget=plan.repeat_budget)
     except CheckFailed as exc:
         m.failure = str(exc)
         return None
@@ -213,7 +209,6 @@ def measure_program(
     progress(f"{program.name}: parse, dump")
     m = out["parse"] = Measured(torch=parse_t, checked=checked, torch_note=parse_note)
     m.torch_estimate = plan.estimate("parse", nodes) if parse_t is None else None
-    floor = Alongside(lambda: orjson.loads(data))
     doc: schema.ExportedProgram | None = _ours(
         m,
         plan,
@@ -222,16 +217,13 @@ def measure_program(
         lambda: schema.load(data),
         lambda d: _same(orjson.loads(schema.dump(d)), expected, "parsed document"),
         reps,
-        floor,
     )
-    m.floor = floor.timing(reps)
+    m.floor, _ = timed(lambda: orjson.loads(data), repeats=reps)
     if doc is None:
         doc = schema.load(data)
 
     m = out["dump"] = Measured(torch=dump_t, checked=checked, torch_note=dump_note)
     m.torch_estimate = plan.estimate("dump", nodes) if dump_t is None else None
-    plain = orjson.loads(data)
-    floor = Alongside(lambda: orjson.dumps(plain))
     _ours(
         m,
         plan,
@@ -240,9 +232,9 @@ def measure_program(
         lambda: schema.dump(doc),
         lambda b: _same(orjson.loads(b), expected, "dump"),
         reps,
-        floor,
     )
-    m.floor = floor.timing(reps)
+    plain = orjson.loads(data)
+    m.floor, _ = timed(lambda: orjson.dumps(plain), repeats=reps)
 
     progress(f"{program.name}: canonicalize")
     out["canonicalize"] = _canonicalize(program, plan, doc, torch_doc, reps)

@@ -16,7 +16,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -101,76 +101,38 @@ def release_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
-@dataclass
-class Alongside:
-    """A reference call (a floor) timed in turn with ours, one run after each of our runs, so
-    that both meet the same state of a shared machine rather than ours one minute and the
-    reference the next."""
-
-    fn: Callable[[], object]
-    runs: list[float] = field(default_factory=list)
-    peak: int | None = None
-
-    def timing(self, repeats: int) -> Timing:
-        """Its timing; timed on its own when ours did not run."""
-        if not self.runs:
-            return timed(self.fn, repeats=repeats)[0]
-        return Timing.of(self.runs, self.peak)
-
-
 def timed(
     fn: Callable[[], T],
     *,
     repeats: int,
     budget: float = math.inf,
     check: Callable[[T], None] | None = None,
-    alongside: Alongside | None = None,
 ) -> tuple[Timing, T]:
     """Run `fn` up to `repeats` times (fewer past `budget` seconds); `check` the first result.
 
     The check raises CheckFailed before a second run starts, so no figure is ever reported for
-    an output that was not checked. Memory is measured over the first run only. `alongside`
-    runs once after each run of `fn` and keeps its own figures.
+    an output that was not checked. Memory is measured over the first run only.
     """
     runs: list[float] = []
     peak: int | None = None
-    kept: list[T] = []
-    for i in range(max(1, repeats)):
-        kept.clear()  # the last run's result is freed before the next run, not after it
-        seconds, result, high = _once(fn, first=i == 0)
-        kept.append(result)
-        runs.append(seconds)
-        if i == 0:
-            peak = high
-            if check is not None:
-                check(result)
-        if alongside is not None:
-            seconds, _, high = _once(alongside.fn, first=i == 0)
-            alongside.runs.append(seconds)
-            alongside.peak = high if i == 0 else alongside.peak
-        if sum(runs) + runs[-1] > budget:
-            break
-    return Timing.of(runs, peak), kept[0]
-
-
-def _once(fn: Callable[[], T], *, first: bool) -> tuple[float, T, int | None]:
-    """One timed run; on the first, the resident-set growth over it too."""
+    results: list[T] = []
     base: int | None = None
     can_reset = False
-    if first:
-        release_memory()
-        base = status_kib("VmRSS")
-        can_reset = reset_peak()
-    else:
-        # no run pays for collecting what the one before it left young (a floor run after one
-        # of ours would otherwise walk our freshly made objects)
-        gc.collect()
-    started = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - started
-    peak: int | None = None
-    if first:
-        high = status_kib("VmHWM")
-        if can_reset and base is not None and high is not None:
-            peak = high - base
-    return seconds, result, peak
+    for i in range(max(1, repeats)):
+        results.clear()
+        if i == 0:
+            release_memory()
+            base = status_kib("VmRSS")
+            can_reset = reset_peak()
+        started = time.perf_counter()
+        results.append(fn())
+        runs.append(time.perf_counter() - started)
+        if i == 0:
+            high = status_kib("VmHWM")
+            if can_reset and base is not None and high is not None:
+                peak = high - base
+        if i == 0 and check is not None:
+            check(results[0])
+        if sum(runs) + runs[-1] > budget:
+            break
+    return Timing.of(runs, peak), results[0]
