@@ -71,12 +71,12 @@ def _series(folder: Path) -> list[Path]:
     """Ten archives of a trunk and ten heads, the i-th with head i's weights changed."""
     torch.manual_seed(1)
     base = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
-    heads = nn.ModuleList(nn.Linear(1024, 16) for _ in range(_VERSIONS))
+    heads = [nn.Linear(1024, 16) for _ in range(_VERSIONS)]
 
     class Tower(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.base, self.heads = base, heads
+            self.base, self.heads = base, nn.ModuleList(heads)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = self.base(x)
@@ -86,7 +86,7 @@ def _series(folder: Path) -> list[Path]:
     paths = []
     for i in range(_VERSIONS):
         with torch.no_grad():
-            tower.heads[i].weight.copy_(torch.randn(16, 1024))
+            heads[i].weight.copy_(torch.randn(16, 1024))
         paths.append(folder / f"tune-{i}.pt2")
         _export(tower, 1024, paths[-1])
     return paths
