@@ -194,7 +194,7 @@ class Arm(_Model):
         return getattr(self, self.__tag__)
 
 
-def _arm_tag(value: Any) -> str | None:
+def arm_tag(value: Any) -> str | None:
     """Pick the arm from the single key present; anything else fails as a union error."""
     if isinstance(value, dict):
         if len(value) == 1:
@@ -222,7 +222,7 @@ class OneOf:
         }
         return core_schema.tagged_union_schema(
             choices,
-            discriminator=_arm_tag,
+            discriminator=arm_tag,
             custom_error_type="union_arm",
             custom_error_message=f"{self.name} needs exactly one of: {', '.join(choices)}",
             custom_error_context={"union": self.name, "arms": ", ".join(choices)},
