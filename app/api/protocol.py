@@ -5,6 +5,9 @@ body within `body_timeout_s` of its head; past either, the connection gets a 408
 no answer has begun) and is closed. Without them, a client that sends a byte now and then holds
 its connection, and a slot of the connection cap, for as long as it likes.
 
+Its requests run in our `Cycle` (app.api.cycle): bodies held as they came rather than copied
+twice per byte, a body received straight into a file, and answers sent from files.
+
 `pt2serde serve` passes this class to uvicorn as its `http` protocol (by name, so that each
 HTTP process imports it itself). A reverse proxy in front does the same job too (docker/).
 """
@@ -15,8 +18,10 @@ import asyncio
 import functools
 import http
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from app.api.cycle import Cycle
 from app.api.problems import problem
 from app.settings import Settings
 
@@ -48,7 +53,8 @@ def _answer_408(code: str, detail: str) -> bytes:
 
 
 class DeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a request-head deadline and a request-body deadline."""
+    """uvicorn's httptools protocol with a request-head deadline and a request-body deadline,
+    bodies held as they come, and the `SENDFILE` answer extension."""
 
     _deadline: asyncio.TimerHandle | None = None
 
@@ -66,11 +72,25 @@ class DeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         """The head is in: the body's clock starts."""
         self._disarm()
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before and type(self.cycle) is RequestResponseCycle:
+            Cycle.adopt(self.cycle, self._disarm)  # type: ignore[arg-type]
         seconds = _timeouts()[1]
         if seconds > 0 and not self.transport.is_closing():
             detail = f"the body did not arrive within {seconds:g} seconds"
             self._deadline = self.loop.call_later(seconds, self._expired, _BODY_CODE, detail)
+
+    def on_body(self, body: bytes) -> None:
+        """Hold the chunk for the app as it came (uvicorn would copy it into a bytearray)."""
+        cycle = self.cycle
+        if not isinstance(cycle, Cycle):
+            super().on_body(body)
+            return
+        if cycle.response_complete or (self.parser.should_upgrade() and self._should_upgrade()):
+            return
+        if cycle.hold(body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
 
     def on_message_complete(self) -> None:
         """The body is in."""
@@ -84,8 +104,10 @@ class DeadlineProtocol(HttpToolsProtocol):
             self._arm_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Gone: no deadline left to enforce."""
+        """Gone: no deadline left to enforce, no answer left to send."""
         self._disarm()
+        if isinstance(self.cycle, Cycle):
+            self.cycle.lost.set()
         super().connection_lost(exc)
 
     def _arm_head(self) -> None:

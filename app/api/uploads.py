@@ -25,6 +25,7 @@ from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 from starlette.requests import ClientDisconnect
 
+from app.api.cycle import RECVFILE
 from app.api.problems import ServiceError
 from app.settings import Settings
 
@@ -111,10 +112,7 @@ async def stream_body(
     awaitable: a `Spool` making room); its size, refused over `limit` or empty, or when `idle_s`
     seconds pass without a byte (a client that stalls holds its connection and its upload's
     file)."""
-    too_large = f"the body is over the limit of {limit} bytes{hint}"
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise ServiceError("payload-too-large", too_large)
+    too_large = _refuse_declared(request, limit, hint)
     size = 0
     loop = asyncio.get_running_loop()
     try:
@@ -133,8 +131,52 @@ async def stream_body(
         raise ServiceError("bad-request", "the client disconnected mid-upload") from None
     except TimeoutError:
         raise ServiceError("body-timeout", f"the body sent nothing for {idle_s} seconds") from None
+    return _not_empty(size)
+
+
+def _refuse_declared(request: Request, limit: int, hint: str) -> str:
+    """payload-too-large for a declared length over `limit`; else the detail to refuse with."""
+    too_large = f"the body is over the limit of {limit} bytes{hint}"
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ServiceError("payload-too-large", too_large)
+    return too_large
+
+
+def _not_empty(size: int) -> int:
     if size == 0:
         raise ServiceError("bad-request", "the request body is empty")
+    return size
+
+
+#: A body of this many bytes or more is received by splice: its connection then closes after
+#: the answer, which costs a client a new connection, a trifle beside such a body.
+DIRECT_BYTES = 16 * 1024 * 1024
+
+
+async def store_body(request: Request, path: Path, limit: int, idle_s: float, hint: str) -> int:
+    """A plain body in the new file `path`, refused as `stream_body` refuses it; its size.
+
+    A large body (`DIRECT_BYTES` or more) goes from the socket to the file by splice, never
+    through the service, where the protocol offers it (`RECVFILE`, a body with a Content-Length);
+    any other through a `Spool`."""
+    direct = request.scope.get("extensions", {}).get(RECVFILE)
+    length = request.headers.get("content-length", "")
+    if direct is None or not length.isdigit() or int(length) < DIRECT_BYTES:
+        spool = Spool(path)
+        try:
+            streamed = await stream_body(request, limit, spool.write, idle_s, hint)
+        except BaseException:
+            await spool.close(complete=False)
+            raise
+        await spool.close()
+        return streamed
+    _refuse_declared(request, limit, hint)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        size: int = await direct["into"](fd, idle_s)
+    finally:
+        os.close(fd)  # the receiving thread has its own descriptor, and is done with it
     return size
 
 
@@ -417,15 +459,7 @@ async def receive(request: Request, settings: Settings, hint: str = "") -> Async
             yield Upload(files.parts)
         else:
             raw = folder / "body"
-            spool = Spool(raw)
-            try:
-                size = await stream_body(
-                    request, limit, spool.write, settings.body_idle_timeout_s, hint
-                )
-            except BaseException:
-                await spool.close(complete=False)
-                raise
-            await spool.close()
+            size = await store_body(request, raw, limit, settings.body_idle_timeout_s, hint)
             yield Upload({"body": Part("body", raw, size, _media(media_type, raw))})
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,204 @@
+"""Our request cycle under a real uvicorn server (uvloop, our protocol): a large body spliced
+into its file arrives whole and closes its connection; a small one keeps it; answers sent by
+sendfile arrive whole and in order, also to a slow reader and on a kept-alive connection; a
+client that leaves, mid-upload or mid-answer, leaves no thread or descriptor behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from app.api import uploads
+from app.api.cycle import RECVFILE, SENDFILE
+from app.api.problems import ServiceError
+from app.api.protocol import DeadlineProtocol
+from app.api.spliced import SplicedResponse
+from tests.api.conftest import free_port
+
+#: the answer's files: a head and an "upload" of several MiB (more than a socket buffer holds)
+HEAD = b"HEAD-BYTES" * 100
+UPLOAD = hashlib.sha256(b"seed").digest() * (6 * 1024 * 1024 // 32)
+SEGMENTS = [(0, 0, 10), (1, 5, 4 * 1024 * 1024), (0, 10, 990), (1, 0, 5), (1, 4_000_000, 100_000)]
+EXPECTED = (
+    HEAD[:10]
+    + UPLOAD[5 : 5 + 4 * 1024 * 1024]
+    + HEAD[10:]
+    + UPLOAD[:5]
+    + UPLOAD[4_000_000:4_100_000]
+)
+
+
+def _app(folder: Path) -> FastAPI:
+    app = FastAPI()
+    (folder / "head").write_bytes(HEAD)
+    (folder / "upload").write_bytes(UPLOAD)
+
+    @app.post("/store")
+    async def store(request: Request) -> Response:
+        target = folder / f"body-{time.monotonic_ns()}"
+        direct = RECVFILE in request.scope.get("extensions", {})
+        try:
+            size = await uploads.store_body(request, target, 1 << 30, 1.0, "")
+        except ServiceError as exc:
+            return JSONResponse({"code": exc.code}, status_code=400)
+        data = target.read_bytes()
+        target.unlink()
+        digest = hashlib.sha256(data).hexdigest()
+        return JSONResponse({"size": size, "sha256": digest, "direct": direct})
+
+    @app.get("/runs")
+    async def runs(request: Request) -> Response:
+        assert SENDFILE in request.scope["extensions"]
+        files = [folder / "head", folder / "upload"]
+        return SplicedResponse(SEGMENTS, files, "application/zip", "program.pt2")
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    folder = tmp_path_factory.mktemp("cycle")
+    port = free_port()
+    config = uvicorn.Config(
+        _app(folder), host="127.0.0.1", port=port, http=DeadlineProtocol, loop="uvloop"
+    )
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    while not running.started:
+        time.sleep(0.01)
+    yield "127.0.0.1", port
+    running.should_exit = True
+    thread.join(10)
+
+
+def _request(address: tuple[str, int], head: bytes, body: bytes = b"") -> socket.socket:
+    conn = socket.create_connection(address)
+    conn.sendall(head + body)
+    return conn
+
+
+def _answer(conn: socket.socket, *, slow: bool = False) -> tuple[bytes, bytes]:
+    """One answer's head and body (by its Content-Length) from `conn`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))[15:]
+    )
+    while len(body) < length:
+        if slow:
+            time.sleep(0.001)
+        chunk = conn.recv(16384 if slow else 1 << 20)
+        assert chunk, "the connection closed mid-answer"
+        body += chunk
+    return head, body
+
+
+def _post(size: int) -> bytes:
+    return f"POST /store HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n".encode()
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_large_body_is_spliced_whole_and_closes_its_connection(
+    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(uploads, "DIRECT_BYTES", 1024)
+    body = UPLOAD[: 5 * 1024 * 1024 + 3]
+    with _request(server, _post(len(body)), body) as conn:
+        head, answer = _answer(conn)
+        assert b"connection: close" in head.lower()
+        assert conn.recv(1) == b""  # closed after the answer
+    expected = hashlib.sha256(body).hexdigest()
+    assert answer == (b'{"size":%d,"sha256":"%s","direct":true}' % (len(body), expected.encode()))
+
+
+def test_small_bodies_keep_their_connection(server: tuple[str, int]) -> None:
+    with socket.create_connection(server) as conn:
+        for size in (1, 70_000, 300_000):
+            body = UPLOAD[:size]
+            conn.sendall(_post(size) + body)
+            head, answer = _answer(conn)
+            assert b"connection: close" not in head.lower()
+            assert hashlib.sha256(body).hexdigest().encode() in answer
+
+
+def test_answers_are_sent_whole_in_order_and_keep_their_connection(
+    server: tuple[str, int],
+) -> None:
+    with socket.create_connection(server) as conn:
+        for slow in (False, True, False):
+            conn.sendall(b"GET /runs HTTP/1.1\r\nHost: t\r\n\r\n")
+            head, body = _answer(conn, slow=slow)
+            assert head.startswith(b"HTTP/1.1 200 ")
+            assert body == EXPECTED
+
+
+def _moving() -> bool:
+    """Whether a thread is still sending or receiving for a request."""
+    names = {"_send_all", "_receive_all"}
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name in names and frame.f_code.co_filename.endswith("cycle.py"):
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _settled(before: int) -> bool:
+    """Whether, within a few seconds, no thread moves bytes and no descriptor is left open."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if _fds() <= before and not _moving():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_client_that_leaves_mid_answer_leaves_nothing_behind(server: tuple[str, int]) -> None:
+    with _request(server, b"GET /runs HTTP/1.1\r\nHost: t\r\n\r\n") as warm:
+        _answer(warm)  # the pool's threads started
+    before = _fds()
+    conn = _request(server, b"GET /runs HTTP/1.1\r\nHost: t\r\n\r\n")
+    conn.recv(1000)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    conn.close()  # a reset, with most of the answer unsent
+    assert _settled(before)
+
+
+def test_a_client_that_leaves_mid_upload_leaves_nothing_behind(
+    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(uploads, "DIRECT_BYTES", 1024)
+    before = _fds()
+    conn = _request(server, _post(10 * 1024 * 1024), UPLOAD[: 2 * 1024 * 1024])
+    time.sleep(0.2)
+    conn.close()
+    assert _settled(before)
+
+
+def test_a_stalled_large_body_times_out(
+    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(uploads, "DIRECT_BYTES", 1024)
+    with _request(server, _post(10 * 1024 * 1024), UPLOAD[:100_000]) as conn:
+        started = time.monotonic()
+        head, answer = _answer(conn)
+        assert 1.0 <= time.monotonic() - started < 3.0  # the route's idle limit: 1 s
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert answer == b'{"code":"body-timeout"}'
