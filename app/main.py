@@ -29,6 +29,7 @@ from app.api.auth import (
     stateless,
 )
 from app.api.deps import LazyPool
+from app.api.direct import DirectValidate
 from app.api.problems import problem_responses
 from app.settings import Settings
 from app.workers.admission import Admission
@@ -80,6 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(org.router)
     app.include_router(ui.router)
+    # matched before every other route: it declines what it does not answer as FastAPI's would
+    app.router.routes.insert(0, DirectValidate(settings, documents.inline_bytes))
     docs.install(app)
     return app
 

@@ -95,7 +95,7 @@ class Body:
 Received = Upload | Body
 
 
-def _memory_body(request: Request, inline_bytes: int) -> bool:
+def memory_body(request: Request, inline_bytes: int) -> bool:
     """Whether the body is declared JSON with a length that its runner checks in process."""
     length = request.headers.get("content-length", "")
     if not length.isdigit() or int(length) > inline_bytes:
@@ -107,7 +107,7 @@ def _memory_body(request: Request, inline_bytes: int) -> bool:
 async def _program_upload(request: Request) -> AsyncIterator[Received]:
     """`upload`, or for a small JSON body (at most document_inline_bytes), its bytes."""
     settings = settings_of(request)
-    if not _memory_body(request, documents_of(request).inline_bytes):
+    if not memory_body(request, documents_of(request).inline_bytes):
         async with receive(request, settings) as received:
             yield received
         return

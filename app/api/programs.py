@@ -210,6 +210,11 @@ async def validate(
 ) -> Response:
     """An archive or a document -> the validation report (200 with valid false if invalid); at
     level torch, the tensors of the safetensors form part `weights`, or else the archive's own."""
+    return await validated(request, level, model)
+
+
+async def validated(request: Request, level: Level, model: str | None) -> Response:
+    """The validate route's answer (also given by app.api.direct to small JSON requests)."""
     # no dependencies and one trip to a thread: the framework's share of a small request is
     # what the issue's 0.8 of the library loop leaves room for
     async with admitted_program(request) as program:
