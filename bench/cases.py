@@ -34,8 +34,9 @@ from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, weights_digest
 from app.programs.findings import Report
 from app.settings import Settings
+from bench.isolate import ChildFailed, Zygote
 from bench.measure import CheckFailed, Timing, timed
-from bench.plan import Plan
+from bench.plan import Cost, Plan
 from bench.programs import Program
 from bench.progress import progress
 
@@ -89,7 +90,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
     return f"{path or '/'}: {str(a)[:80]} vs {str(b)[:80]}"
 
 
-def _ours(
+def time_ours(
     m: Measured,
     plan: Plan,
     key: str,
@@ -185,98 +186,179 @@ def torch_load(archive: bytes) -> Any:
 # ---------------------------------------------------------------- one program
 
 
-def measure_program(
-    program: Program, plan: Plan, *, deserialize: bool = True
-) -> dict[str, Measured]:
-    """parse, dump, canonicalize, validate and (optionally) deserialize of one program."""
+def warm_up(program: Program, settings: Settings) -> None:
+    """Every measured operation once, untimed, on a small program (in the zygote): a child
+    then starts with the lazy imports and caches of torch and ours in place, as the one process
+    of the old method did after its first rows, and no first call's set-up is timed."""
     program.setup()
-    data = program.document
-    nodes = program.nodes
-    reps = plan.repeats(nodes)
+    data, archive = program.document, program.archive_bytes
+    torch_doc = torch_parse(data)
+    torch_dump(torch_doc)
+    torch_canonical(torch_doc)
+    doc: schema.ExportedProgram = schema.load(data)
+    schema.dump(doc)
+    our_canonical(doc)
+    orjson.dumps(orjson.loads(data))
+    our_validate(archive, settings)
+    pt2_bytes(torch_load(archive))
+    our_deserialize(archive, settings)
+    our_manifest(program.archive, settings)
+    sha256_file(program.archive)
+
+
+def _planned(fn: Callable[..., T], plan: Plan, *args: Any) -> tuple[T, dict[str, Cost]]:
+    """In the child: the job's result, and the costs it observed (for the parent's estimates)."""
+    return fn(plan, *args), plan.learned()
+
+
+def _job(zygote: Zygote, plan: Plan, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(plan, *args)` in a fresh child process (raises ChildFailed)."""
+    result: T
+    result, costs = zygote.run(_planned, fn, plan, *args)
+    plan.learn(costs)
+    return result
+
+
+@dataclass
+class TorchSide:
+    """torch's parse, dump and canonicalize of one program, and the outputs ours is checked by."""
+
+    measured: dict[str, Measured]
+    #: torch's dump of its parse, and its canonical form (None where torch was not run).
+    dumped: bytes | None
+    canonical: bytes | None
+
+
+def measure_program(
+    program: Program, plan: Plan, zygote: Zygote, *, deserialize: bool = True
+) -> dict[str, Measured]:
+    """parse, dump, canonicalize, validate and (optionally) deserialize of one program.
+
+    Each part runs in a fresh child of `zygote`: torch's parse, dump and canonicalize first
+    (their outputs are what ours is checked by), then ours and the floor of each benchmark in a
+    child of its own, then validation and deserialize (they share torch's load).
+    """
     out: dict[str, Measured] = {}
-
-    progress(f"{program.name}: torch parse")
-    parse_t, torch_doc, parse_note = plan.torch("parse", nodes, lambda: torch_parse(data))
-    dump_t = torch_bytes = None
-    dump_note = f"not run: needs torch's parse (est. {plan.estimate('dump', nodes):.0f} s)"
-    if torch_doc is not None:
-        dump_t, torch_bytes, dump_note = plan.torch(
-            "dump", nodes, lambda: torch_dump(torch_doc), repeats=reps
-        )
-    checked = "torch" if torch_bytes is not None else "the input (torch not run)"
-    expected = orjson.loads(torch_bytes if torch_bytes is not None else data)
-
-    progress(f"{program.name}: parse, dump")
-    m = out["parse"] = Measured(torch=parse_t, checked=checked, torch_note=parse_note)
-    m.torch_estimate = plan.estimate("parse", nodes) if parse_t is None else None
-    doc: schema.ExportedProgram | None = _ours(
-        m,
-        plan,
-        "parse",
-        nodes,
-        lambda: schema.load(data),
-        lambda d: _same(orjson.loads(schema.dump(d)), expected, "parsed document"),
-        reps,
-    )
-    m.floor, _ = timed(lambda: orjson.loads(data), repeats=reps)
-    if doc is None:
-        doc = schema.load(data)
-
-    m = out["dump"] = Measured(torch=dump_t, checked=checked, torch_note=dump_note)
-    m.torch_estimate = plan.estimate("dump", nodes) if dump_t is None else None
-    _ours(
-        m,
-        plan,
-        "dump",
-        nodes,
-        lambda: schema.dump(doc),
-        lambda b: _same(orjson.loads(b), expected, "dump"),
-        reps,
-    )
-    plain = orjson.loads(data)
-    m.floor, _ = timed(lambda: orjson.dumps(plain), repeats=reps)
-
-    progress(f"{program.name}: canonicalize")
-    out["canonicalize"] = _canonicalize(program, plan, doc, torch_doc, reps)
-    torch_doc = None  # torch's dataclasses of a large program take gigabytes
+    progress(f"{program.name}: torch parse, dump, canonicalize")
+    try:
+        side = _job(zygote, plan, torch_side, program)
+    except ChildFailed as exc:
+        out = {bench: Measured(failure=str(exc)) for bench in ("parse", "dump", "canonicalize")}
+    else:
+        expected = {
+            "parse": side.dumped or program.document,
+            "dump": side.dumped or program.document,
+            "canonicalize": side.canonical,
+        }
+        for bench, ours in (
+            ("parse", parse_ours),
+            ("dump", dump_ours),
+            ("canonicalize", canon_ours),
+        ):
+            progress(f"{program.name}: {bench}")
+            m = side.measured[bench]
+            try:
+                out[bench] = _job(zygote, plan, ours, program, m, expected[bench])
+            except ChildFailed as exc:
+                m.failure = str(exc)
+                out[bench] = m
     progress(f"{program.name}: validate (semantic) vs torch.export.load")
-    archive = program.archive_bytes
-    validate_m, loaded = _validate(program, plan, archive)
-    out["validate"] = validate_m
-    if deserialize and plan.deserialize(nodes):
-        progress(f"{program.name}: deserialize to .pt2")
-        out["deserialize"] = _deserialize(program, plan, archive, loaded, validate_m.torch)
+    try:
+        out |= _job(zygote, plan, validate_ours, program, deserialize)
+    except ChildFailed as exc:
+        out["validate"] = Measured(failure=str(exc))
     return out
 
 
-def _canonicalize(
-    program: Program, plan: Plan, doc: schema.ExportedProgram, torch_doc: Any, reps: int
-) -> Measured:
-    nodes = program.nodes
-    if torch_doc is None:
-        estimate = plan.estimate("canonicalize", nodes)
-        canon_t, torch_canon = None, None
-        note = f"not run: needs torch's parse (est. {estimate:.0f} s)"
-    else:
-        canon_t, torch_canon, note = plan.torch(
+def torch_side(plan: Plan, program: Program) -> TorchSide:
+    """torch's parse, dump and canonicalize of the program, timed where they fit the budget."""
+    data, nodes = program.document, program.nodes
+    parse_t, torch_doc, parse_note = plan.torch("parse", nodes, lambda: torch_parse(data))
+    dump_t = dumped = canon_t = canonical = None
+    dump_note = f"not run: needs torch's parse (est. {plan.estimate('dump', nodes):.0f} s)"
+    canon_note = f"not run: needs torch's parse (est. {plan.estimate('canonicalize', nodes):.0f} s)"
+    if torch_doc is not None:
+        dump_t, dumped, dump_note = plan.torch(
+            "dump", nodes, lambda: torch_dump(torch_doc), repeats=plan.repeats(nodes)
+        )
+        canon_t, canonical, canon_note = plan.torch(
             "canonicalize", nodes, lambda: torch_canonical(torch_doc)
         )
-    m = Measured(torch=canon_t, torch_note=note)
-    m.torch_estimate = plan.estimate("canonicalize", nodes) if canon_t is None else None
-    expected = None if torch_canon is None else orjson.loads(torch_canon)
-    m.checked = "torch" if expected is not None else "itself (a fixed point; torch not run)"
+    checked = "torch" if dumped is not None else "the input (torch not run)"
+    measured = {
+        "parse": Measured(torch=parse_t, checked=checked, torch_note=parse_note),
+        "dump": Measured(torch=dump_t, checked=checked, torch_note=dump_note),
+        "canonicalize": Measured(
+            torch=canon_t,
+            torch_note=canon_note,
+            checked="torch" if canonical else "itself (a fixed point; torch not run)",
+        ),
+    }
+    for key, m in measured.items():
+        m.torch_estimate = plan.estimate(key, nodes) if m.torch is None else None
+    return TorchSide(measured, dumped, canonical)
+
+
+def parse_ours(plan: Plan, program: Program, m: Measured, expected: bytes) -> Measured:
+    """schema.load, checked against torch's dump of its own parse, then orjson.loads."""
+    data, reps = program.document, plan.repeats(program.nodes)
+
+    def check(doc: schema.ExportedProgram) -> None:
+        _same(orjson.loads(schema.dump(doc)), orjson.loads(expected), "parsed document")
+
+    time_ours(m, plan, "parse", program.nodes, lambda: schema.load(data), check, reps)
+    m.floor, _ = timed(lambda: orjson.loads(data), repeats=reps)
+    return m
+
+
+def dump_ours(plan: Plan, program: Program, m: Measured, expected: bytes) -> Measured:
+    """schema.dump of our parse, checked against torch's dump, then orjson.dumps of plain data.
+
+    Each side's input is all the heap holds while it runs: our document is gone before the
+    floor's plain data is made.
+    """
+    reps = plan.repeats(program.nodes)
+    doc: list[schema.ExportedProgram] = [schema.load(program.document)]
+
+    def check(dumped: bytes) -> None:
+        _same(orjson.loads(dumped), orjson.loads(expected), "dump")
+
+    time_ours(m, plan, "dump", program.nodes, lambda: schema.dump(doc[0]), check, reps)
+    doc.clear()
+    plain = orjson.loads(program.document)
+    m.floor, _ = timed(lambda: orjson.dumps(plain), repeats=reps)
+    return m
+
+
+def canon_ours(plan: Plan, program: Program, m: Measured, expected: bytes | None) -> Measured:
+    """Our canonical form, bytes and digests, checked against torch's (or as a fixed point)."""
+    doc: schema.ExportedProgram = schema.load(program.document)
 
     def check(result: tuple[bytes, Digests]) -> None:
         data, digests = result
         if digests.graph != hashlib.sha256(data).hexdigest():
             raise CheckFailed("the graph digest is not the sha256 of the canonical bytes")
         if expected is not None:
-            _same(orjson.loads(data), expected, "canonical form")
+            _same(orjson.loads(data), orjson.loads(expected), "canonical form")
         elif our_canonical(schema.load(data))[0] != data:
             raise CheckFailed("canonicalizing the canonical form changes it")
 
-    _ours(m, plan, "canonicalize", nodes, lambda: our_canonical(doc), check, reps)
+    reps = plan.repeats(program.nodes)
+    time_ours(m, plan, "canonicalize", program.nodes, lambda: our_canonical(doc), check, reps)
     return m
+
+
+def validate_ours(plan: Plan, program: Program, deserialize: bool) -> dict[str, Measured]:
+    """Semantic validation against torch.export.load, and deserialize against torch's load +
+    save (they share torch's load, so they share a process)."""
+    program.setup()
+    archive = program.archive_bytes
+    out: dict[str, Measured] = {}
+    out["validate"], loaded = _validate(program, plan, archive)
+    if deserialize and plan.deserialize(program.nodes):
+        progress(f"{program.name}: deserialize to .pt2")
+        out["deserialize"] = _deserialize(program, plan, archive, loaded, out["validate"].torch)
+    return out
 
 
 def _validate(program: Program, plan: Plan, archive: bytes) -> tuple[Measured, Any]:
@@ -295,7 +377,7 @@ def _validate(program: Program, plan: Plan, archive: bytes) -> tuple[Measured, A
         if torch_failed:
             raise CheckFailed(f"ours accepts what torch.export.load refuses ({note})")
 
-    _ours(
+    time_ours(
         m,
         plan,
         "validate",
@@ -333,7 +415,7 @@ def _deserialize(
 
     m.checked = "torch" if nodes <= _RELOAD_LIMIT else "torch (re-save members; outputs in memory)"
     repeats = plan.deserialize_repeats(nodes)
-    _ours(
+    time_ours(
         m,
         plan,
         "deserialize",
@@ -384,7 +466,15 @@ def _outputs_close(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- weights hashing
 
 
-def measure_hashing(program: Program, plan: Plan) -> Measured:
+def measure_hashing(program: Program, plan: Plan, zygote: Zygote) -> Measured:
+    """Archive read + weights manifest vs sha256 of the file, in a child process of its own."""
+    try:
+        return _job(zygote, plan, hashing_ours, program)
+    except ChildFailed as exc:
+        return Measured(failure=str(exc))
+
+
+def hashing_ours(plan: Plan, program: Program) -> Measured:
     """Archive read + weights manifest vs sha256 of the file, on an archive of large weights."""
     path = program.archive
     m = Measured(checked="torch")
@@ -400,7 +490,7 @@ def measure_hashing(program: Program, plan: Plan) -> Measured:
     def check(entries: list[ManifestEntry]) -> None:
         _same({e.name: e.sha256 for e in entries}, expected, "weights digests")
 
-    _ours(m, plan, "hash", 0, lambda: our_manifest(path, plan.settings), check, reps)
+    time_ours(m, plan, "hash", 0, lambda: our_manifest(path, plan.settings), check, reps)
     m.extra["bytes"] = path.stat().st_size
     return m
 

@@ -17,6 +17,8 @@ from bench.measure import Timing, timed
 from bench.progress import elapsed
 
 T = TypeVar("T")
+#: What a measurement cost: the program's nodes and the seconds it took.
+Cost = tuple[int, float]
 
 #: Smallest program whose cost per node is trusted for estimates (tiny programs are all
 #: fixed overhead).
@@ -39,7 +41,7 @@ class Plan:
     repeat_budget: float = 20.0
     #: off for the tiled programs past 5k nodes: torch's side is only estimated there.
     torch_enabled: bool = True
-    _costs: dict[str, tuple[int, float]] = field(default_factory=dict)
+    _costs: dict[str, Cost] = field(default_factory=dict)
 
     def repeats(self, nodes: int) -> int:
         """Runs of our side (and of cheap floors)."""
@@ -80,6 +82,15 @@ class Plan:
         """Remember a measurement's cost for estimates on larger programs."""
         if nodes >= _ESTIMATE_FROM and nodes >= self._costs.get(key, (0, 0.0))[0]:
             self._costs[key] = (nodes, seconds)
+
+    def learned(self) -> dict[str, Cost]:
+        """The costs observed so far (a measuring child sends them back to the run)."""
+        return dict(self._costs)
+
+    def learn(self, costs: dict[str, Cost]) -> None:
+        """Take the costs a measuring child observed."""
+        for key, (nodes, seconds) in costs.items():
+            self.observe(key, nodes, seconds)
 
     def fits(self, seconds: float) -> bool:
         """Whether a measurement of about `seconds` fits in the budget."""

@@ -15,6 +15,7 @@ generator version, as torch's own `.pt2` archives.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -47,6 +48,22 @@ READ_LIMITS = Limits(max_members=100_000, max_json_bytes=512 * 1024 * 1024)
 _BLOCK_RE = re.compile(r"^blocks\.(\d+)$")
 
 
+# Programs are pickled to the measuring processes (bench.isolate): their callables are
+# module-level functions or partials of them, never closures.
+
+
+def _no_setup() -> None:
+    """Nothing to prepare before torch loads the program."""
+
+
+def _given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return args, kwargs
+
+
+def _weights_inputs(width: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return (torch.randn(2, width, generator=torch.Generator().manual_seed(1)),), {}
+
+
 @dataclass
 class Program:
     """One benchmarked program: torch's document bytes, its archive, and inputs to run it."""
@@ -58,7 +75,7 @@ class Program:
     archive: Path
     inputs: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
     #: zoo programs need their custom op namespace registered before torch loads them.
-    setup: Callable[[], None] = field(default=lambda: None)
+    setup: Callable[[], None] = field(default=_no_setup)
 
     @property
     def archive_bytes(self) -> bytes:
@@ -268,9 +285,6 @@ def weights_program(cache: Cache, layers: int, width: int) -> Program:
     path = cache.archive(f"weights{layers}x{width}", make)
     document = _document(path)
 
-    def inputs() -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return (torch.randn(2, width, generator=torch.Generator().manual_seed(1)),), {}
-
     megabytes = path.stat().st_size / 1e6
     return Program(
         f"weights-{megabytes:.3g}MB",
@@ -278,7 +292,7 @@ def weights_program(cache: Cache, layers: int, width: int) -> Program:
         node_count(document),
         document,
         path,
-        inputs,
+        functools.partial(_weights_inputs, width),
     )
 
 
@@ -295,11 +309,6 @@ def zoo_programs(cache: Cache) -> list[Program]:
         _save(zoo.ep, path)
         document = _document(path)
 
-        def inputs(
-            args: tuple[Any, ...] = zoo.args, kwargs: dict[str, Any] = zoo.kwargs
-        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            return args, kwargs
-
         programs.append(
             Program(
                 f"zoo/{name}",
@@ -307,7 +316,7 @@ def zoo_programs(cache: Cache) -> list[Program]:
                 node_count(document),
                 document,
                 path,
-                inputs,
+                functools.partial(_given, zoo.args, zoo.kwargs),
                 register_custom_ops,
             )
         )

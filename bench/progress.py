@@ -16,3 +16,14 @@ def progress(message: str) -> None:
 def elapsed() -> float:
     """Seconds since the run started."""
     return time.perf_counter() - _STARTED
+
+
+def started() -> float:
+    """The run's start on the monotonic clock (the same clock in every process of the machine)."""
+    return _STARTED
+
+
+def follow(start: float) -> None:
+    """Count elapsed time from another process' start (a measuring child follows the run's)."""
+    global _STARTED
+    _STARTED = start

@@ -29,6 +29,8 @@ class Target:
     #: canonicalize "on every row from 1k nodes up": the programs of about 1k nodes and more,
     #: not the zoo's small ones or decoder-107).
     min_nodes: int = 0
+    #: ours' best time at most this many seconds (a bound of its own: no torch counterpart).
+    within: float | None = None
 
 
 TARGETS = {
@@ -38,6 +40,8 @@ TARGETS = {
     "validate": Target("≥10x torch.export.load", vs_torch=10),
     "deserialize": Target("≥1.5x torch load + save", vs_torch=1.5),
     "hash": Target("≥80% of sha256, memory flat", fraction=0.8),
+    # once a timed test (tests/schema/test_diff.py); speed targets live in the bench
+    "diff": Target("≤50 ms", within=0.05),
     "http": Target("≥80% of the library loop", fraction=0.8),
     # issue 20 item 3 (bench.torchpath): whole processes, and the warm service
     "validate-torch": Target("≤ torch's process time (≥1x)", vs_torch=1),
@@ -52,6 +56,7 @@ LABELS = {
     "canonicalize": "canonicalize + canonical bytes + digests vs torch canonicalize + encoder",
     "validate": "semantic validation of the .pt2 (operations.validate) vs torch.export.load",
     "deserialize": ".pt2 -> loadable .pt2 (bridge fast route + pt2 write) vs torch load + save",
+    "diff": "schema diff: schema.diff of two schema versions",
     "validate-torch": "CLI process `pt2serde validate --level torch` vs a torch.export.load "
     "process",
     "deserialize-cli": "CLI process `pt2serde deserialize` (.pt2 -> loadable .pt2) vs a torch "
@@ -265,6 +270,29 @@ def hash_rows(measured: list[tuple[str, int, Measured]]) -> list[Row]:
         verdicts = ["" if fraction >= 0.8 else f"{fraction:.2f} < 0.80 of sha256"]
         verdicts.append("" if flat else "memory grows with the archive")
         row.status = _status(verdicts, False)
+        rows.append(row)
+    return rows
+
+
+def diff_rows(measured: list[tuple[str, int, Measured]]) -> list[Row]:
+    """Schema diff rows: ours' best time against a bound (torch has no schema diff)."""
+    rows: list[Row] = []
+    target = TARGETS["diff"]
+    bound = target.within or math.inf
+    for label, size, m in measured:
+        row = Row(LABELS["diff"], label, "—", megabytes(size), "diff")
+        row.target = target.text
+        if m.failure or m.ours is None:
+            row.ours = row.status = "FAIL"
+            row.notes.append(f"{label} diff: FAIL {m.failure}")
+        else:
+            row.ours = pair(m.ours)
+            row.rss = f"{megabytes(m.ours.peak)} / — / —"
+            row.checked = m.checked
+            best = m.ours.best
+            row.status = _status(
+                ["" if best <= bound else f"{seconds(best)} > {target.text}"], False
+            )
         rows.append(row)
     return rows
 

@@ -82,6 +82,7 @@ def test_smoke_run_prints_a_table_where_every_check_passed(
     for name in LIBRARY_BENCHES:
         assert sum(b.startswith(name) for b in benches) == 1, (name, benches)
     assert sum(b.startswith("archive read + weights sha256") for b in benches) == 2
+    assert sum(b.startswith("schema diff") for b in benches) == 2
     assert sum(b.startswith("HTTP POST /v1/validate") for b in benches) == 2
     assert sum(b.startswith("HTTP POST /v1/canonicalize") for b in benches) == 2
     library = [r for r in rows if not r["benchmark"].startswith("HTTP")]
