@@ -74,9 +74,10 @@ def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # typ
     """Parse and validate a document; DocumentInvalid lists every problem with its path.
 
     The first pass forbids unknown keys, so that a document without any (the common case) is
-    known to have none without walking the models; it runs the same models without Python
-    discriminators (see `schema._fast`). A document it refuses is read again by the models' own
-    validator: forbidding unknown keys for their pointers, then keeping them.
+    known to have none without walking the models; it runs the same models, trying each union's
+    common arm before its Python discriminator (see `schema._fast`). A document it refuses is
+    read again by the models' own validator: forbidding unknown keys for their pointers, then
+    keeping them.
     """
     with no_cycle_collection():
         try:
