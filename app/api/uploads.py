@@ -149,20 +149,18 @@ def _not_empty(size: int) -> int:
     return size
 
 
-#: A body of this many bytes or more is received by splice: its connection then closes after
-#: the answer, which costs a client a new connection, a trifle beside such a body.
-DIRECT_BYTES = 16 * 1024 * 1024
-
-
-async def store_body(request: Request, path: Path, limit: int, idle_s: float, hint: str) -> int:
+async def store_body(request: Request, path: Path, settings: Settings, hint: str) -> int:
     """A plain body in the new file `path`, refused as `stream_body` refuses it; its size.
 
-    A large body (`DIRECT_BYTES` or more) goes from the socket to the file by splice, never
+    A large body (`direct_body_bytes` or more) goes from the socket to the file by splice, never
     through the service, where the protocol offers it (`RECVFILE`, a body with a Content-Length);
-    any other through a `Spool`."""
+    any other through a `Spool`. A connection closing after a large body's answer costs its
+    client a new connection, a trifle beside such a body."""
+    limit = settings.max_upload_bytes
+    idle_s = settings.body_idle_timeout_s
     direct = request.scope.get("extensions", {}).get(RECVFILE)
     length = request.headers.get("content-length", "")
-    if direct is None or not length.isdigit() or int(length) < DIRECT_BYTES:
+    if direct is None or not length.isdigit() or int(length) < settings.direct_body_bytes:
         spool = Spool(path)
         try:
             streamed = await stream_body(request, limit, spool.write, idle_s, hint)
@@ -177,7 +175,7 @@ async def store_body(request: Request, path: Path, limit: int, idle_s: float, hi
         size: int = await direct["into"](fd, idle_s)
     finally:
         os.close(fd)  # the receiving thread has its own descriptor, and is done with it
-    return size
+    return _not_empty(size)
 
 
 #: What a `Spool` gathers before it hands the bytes to its thread: a 350 MB body in under a
@@ -459,7 +457,7 @@ async def receive(request: Request, settings: Settings, hint: str = "") -> Async
             yield Upload(files.parts)
         else:
             raw = folder / "body"
-            size = await store_body(request, raw, limit, settings.body_idle_timeout_s, hint)
+            size = await store_body(request, raw, settings, hint)
             yield Upload({"body": Part("body", raw, size, _media(media_type, raw))})
     finally:
         shutil.rmtree(folder, ignore_errors=True)

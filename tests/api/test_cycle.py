@@ -24,6 +24,7 @@ from app.api.cycle import RECVFILE, SENDFILE
 from app.api.problems import ServiceError
 from app.api.protocol import DeadlineProtocol
 from app.api.spliced import SplicedResponse
+from app.settings import Settings
 from tests.api.conftest import free_port
 
 #: the answer's files: a head and an "upload" of several MiB (more than a socket buffer holds)
@@ -39,6 +40,10 @@ EXPECTED = (
 )
 
 
+#: what the routes run with: a body of 1 KiB or more spliced, cut off after 1 s of silence
+SETTINGS = {"": Settings(direct_body_bytes=1024, body_idle_timeout_s=1.0)}
+
+
 def _app(folder: Path) -> FastAPI:
     app = FastAPI()
     (folder / "head").write_bytes(HEAD)
@@ -49,7 +54,7 @@ def _app(folder: Path) -> FastAPI:
         target = folder / f"body-{time.monotonic_ns()}"
         direct = RECVFILE in request.scope.get("extensions", {})
         try:
-            size = await uploads.store_body(request, target, 1 << 30, 1.0, "")
+            size = await uploads.store_body(request, target, SETTINGS[""], "")
         except ServiceError as exc:
             return JSONResponse({"code": exc.code}, status_code=400)
         data = target.read_bytes()
@@ -116,9 +121,8 @@ def _fds() -> int:
 
 
 def test_a_large_body_is_spliced_whole_and_closes_its_connection(
-    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+    server: tuple[str, int],
 ) -> None:
-    monkeypatch.setattr(uploads, "DIRECT_BYTES", 1024)
     body = UPLOAD[: 5 * 1024 * 1024 + 3]
     with _request(server, _post(len(body)), body) as conn:
         head, answer = _answer(conn)
@@ -128,7 +132,10 @@ def test_a_large_body_is_spliced_whole_and_closes_its_connection(
     assert answer == (b'{"size":%d,"sha256":"%s","direct":true}' % (len(body), expected.encode()))
 
 
-def test_small_bodies_keep_their_connection(server: tuple[str, int]) -> None:
+def test_small_bodies_keep_their_connection(
+    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(SETTINGS, "", Settings(direct_body_bytes=1 << 20))
     with socket.create_connection(server) as conn:
         for size in (1, 70_000, 300_000):
             body = UPLOAD[:size]
@@ -181,10 +188,7 @@ def test_a_client_that_leaves_mid_answer_leaves_nothing_behind(server: tuple[str
     assert _settled(before)
 
 
-def test_a_client_that_leaves_mid_upload_leaves_nothing_behind(
-    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(uploads, "DIRECT_BYTES", 1024)
+def test_a_client_that_leaves_mid_upload_leaves_nothing_behind(server: tuple[str, int]) -> None:
     before = _fds()
     conn = _request(server, _post(10 * 1024 * 1024), UPLOAD[: 2 * 1024 * 1024])
     time.sleep(0.2)
@@ -192,10 +196,7 @@ def test_a_client_that_leaves_mid_upload_leaves_nothing_behind(
     assert _settled(before)
 
 
-def test_a_stalled_large_body_times_out(
-    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(uploads, "DIRECT_BYTES", 1024)
+def test_a_stalled_large_body_times_out(server: tuple[str, int]) -> None:
     with _request(server, _post(10 * 1024 * 1024), UPLOAD[:100_000]) as conn:
         started = time.monotonic()
         head, answer = _answer(conn)
