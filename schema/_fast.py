@@ -41,9 +41,12 @@ def fast_validator(model: type[BaseModel]) -> SchemaValidator:
 
 def common_arm_first(schema: Any, config: Any = None) -> SchemaValidator:
     """A validator of the core schema `schema` that tries the common arm of each union first."""
-    # Without `_use_prebuilt=False` pydantic-core would reuse each model class's own validator,
-    # unions and all, for every model it meets.
-    return SchemaValidator(_rewritten(schema), config, _use_prebuilt=False)
+    rewritten = _rewritten(schema)
+    try:
+        # without it pydantic-core would reuse each model class's own validator, unions and all
+        return SchemaValidator(rewritten, config, _use_prebuilt=False)
+    except TypeError:  # a pydantic-core without the keyword: what it reuses validates alike
+        return SchemaValidator(rewritten, config)
 
 
 def _rewritten(node: Any) -> Any:
