@@ -7,6 +7,10 @@ The comparison runs the same operation (`operations.validate` at the semantic le
 `operations.canonical`) in a loop in as many forked processes as there were clients, for the
 same window. No figure counts unless the server's first answer equals the library's first
 output for the same bytes (the report as JSON data; the canonical bytes and program digest).
+Server and library windows are taken in turn over `ROUNDS` rounds, each side first in every
+other round, and the best window of each side is kept (as the storage rows keep theirs): on a
+shared machine one window that meets another process' work decides nothing, and neither side
+gets the quieter moments.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from bench.measure import reset_peak, status_kib
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = {"Content-Type": "application/json"}
+#: server and library windows taken in turn, the best of each kept
+ROUNDS = 3
 
 
 #: A response reduced to what must equal the library's output.
@@ -347,4 +353,52 @@ def library_load(
         errors,
         max(peaks) if peaks else None,
         answers[0] if answers else None,
+    )
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """The best server and library windows of alternating rounds, and each round's rates."""
+
+    server: Load
+    library: Load
+    #: (server req/s, library req/s) of each round, in order
+    rates: list[tuple[float, float]]
+
+
+def alternating_loads(
+    server: Server,
+    endpoint: Endpoint,
+    body: bytes,
+    settings: Settings,
+    clients: int,
+    window: float,
+    limit: int,
+    rounds: int = ROUNDS,
+) -> Rounds:
+    """`http_load` and `library_load` in turn, `rounds` times (the server first in the first
+    round, the library first in the second, ...); the best window of each side."""
+    servers: list[Load] = []
+    libraries: list[Load] = []
+    for turn in range(rounds):
+        for on_server in (True, False) if turn % 2 == 0 else (False, True):
+            if on_server:
+                servers.append(http_load(server, endpoint, body, clients, window, limit))
+            else:
+                libraries.append(library_load(endpoint, body, settings, clients, window, limit))
+    rates = [(s.rate, lib.rate) for s, lib in zip(servers, libraries, strict=True)]
+    return Rounds(_best(servers), _best(libraries), rates)
+
+
+def _best(loads: list[Load]) -> Load:
+    """The window with the highest rate, with every window's errors, the first answer (the one
+    `check` compares) and the highest peak."""
+    best = max(loads, key=lambda load: load.rate if not math.isnan(load.rate) else -1.0)
+    peaks = [load.peak for load in loads if load.peak is not None]
+    return Load(
+        best.latencies,
+        best.seconds,
+        [error for load in loads for error in load.errors],
+        max(peaks) if peaks else None,
+        loads[0].answer,
     )
