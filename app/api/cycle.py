@@ -117,10 +117,9 @@ class Cycle(RequestResponseCycle):
             raise ServiceError("bad-request", "the client disconnected mid-upload")
         socket = self.transport.get_extra_info("socket")
         fds = _dup(socket.fileno(), fd)
-        receiving = asyncio.get_running_loop().run_in_executor(
-            None, _receive_all, fds, held, rest, idle_s, self.lost
+        outcome = await _finish(
+            _thread(_receive_all, fds, held, rest, idle_s, self.lost), self.lost
         )
-        outcome = await _finish(receiving, self.lost)
         if outcome == "idle":
             raise ServiceError("body-timeout", f"the body sent nothing for {idle_s} seconds")
         if outcome != "done":
@@ -166,8 +165,31 @@ class Cycle(RequestResponseCycle):
         socket = self.transport.get_extra_info("socket")
         fds = _dup(socket.fileno(), *(fd for fd, _, _ in runs))
         own = [(fds[i + 1], offset, count) for i, (_, offset, count) in enumerate(runs)]
-        sending = asyncio.get_running_loop().run_in_executor(None, _send_all, fds, own, self.lost)
-        return await _finish(sending, self.lost)
+        return await _finish(_thread(_send_all, fds, own, self.lost), self.lost)
+
+
+def _thread(work: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """`work(*args)` on a thread of its own, as a future of this loop: a transfer lasts as long
+    as its client takes, so it holds no thread of a pool that others wait on."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def settle(setter: Callable[[Any], None], value: object) -> None:
+        if not future.done():
+            setter(value)
+
+    def run() -> None:
+        setter: Callable[[Any], None]
+        value: object
+        try:
+            value, setter = work(*args), future.set_result
+        except BaseException as exc:
+            value, setter = exc, future.set_exception
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, setter, value)
+
+    threading.Thread(target=run, name="pt2serde-transfer", daemon=True).start()
+    return future
 
 
 async def _finish(work: asyncio.Future[_T], lost: threading.Event) -> _T:
