@@ -187,9 +187,9 @@ def torch_load(archive: bytes) -> Any:
 
 
 def warm_up(program: Program, settings: Settings) -> None:
-    """Every measured operation once, untimed, on a small program (in the zygote): a child
-    then starts with the lazy imports and caches of torch and ours in place, as the one process
-    of the old method did after its first rows, and no first call's set-up is timed."""
+    """Every measured operation once, untimed, on a small program (in the warm zygote): its
+    children start with the lazy imports and caches of torch and ours in place, so that a
+    measurement run once is not a first call's set-up."""
     program.setup()
     data, archive = program.document, program.archive_bytes
     torch_doc = torch_parse(data)
@@ -229,42 +229,61 @@ class TorchSide:
     canonical: bytes | None
 
 
+@dataclass
+class Isolation:
+    """Where the jobs run: children of a zygote holding only the imports, or of one that also
+    ran every operation once (`warm_up`).
+
+    A heap that earlier work fragmented slows whatever allocates most (decoder-1.0k's
+    orjson.dumps took 1.1-1.4 ms in a child of the first, 1.9-4.2 ms in one of the second, and
+    our dump 3.4-4.3 ms against 5.2-5.9 ms), so ours, the floors and torch's repeated runs take
+    the first, each side in a child of its own. The jobs that time torch once (its load and its
+    save, with our validate and deserialize beside them) take the second: there torch's first
+    call does not pay for lazy imports and caches.
+    """
+
+    clean: Zygote
+    warm: Zygote
+
+    def close(self) -> None:
+        """Stop both zygotes."""
+        self.clean.close()
+        self.warm.close()
+
+
 def measure_program(
-    program: Program, plan: Plan, zygote: Zygote, *, deserialize: bool = True
+    program: Program, plan: Plan, where: Isolation, *, deserialize: bool = True
 ) -> dict[str, Measured]:
     """parse, dump, canonicalize, validate and (optionally) deserialize of one program.
 
-    Each part runs in a fresh child of `zygote`: torch's parse, dump and canonicalize first
-    (their outputs are what ours is checked by), then ours and the floor of each benchmark in a
-    child of its own, then validation and deserialize (they share torch's load).
+    Each part runs in a fresh child (see Isolation): torch's parse, dump and canonicalize first
+    (their outputs are what ours is checked by), then ours of each benchmark and its floor, each
+    in a child of its own, then validation and deserialize (they share torch's load).
     """
     out: dict[str, Measured] = {}
     progress(f"{program.name}: torch parse, dump, canonicalize")
     try:
-        side = _job(zygote, plan, torch_side, program)
+        side = _job(where.clean, plan, torch_side, program)
     except ChildFailed as exc:
         out = {bench: Measured(failure=str(exc)) for bench in ("parse", "dump", "canonicalize")}
     else:
-        expected = {
-            "parse": side.dumped or program.document,
-            "dump": side.dumped or program.document,
-            "canonicalize": side.canonical,
-        }
-        for bench, ours in (
-            ("parse", parse_ours),
-            ("dump", dump_ours),
-            ("canonicalize", canon_ours),
-        ):
+        for bench, (ours, floor, expected) in {
+            "parse": (parse_ours, parse_floor, side.dumped or program.document),
+            "dump": (dump_ours, dump_floor, side.dumped or program.document),
+            "canonicalize": (canon_ours, None, side.canonical),
+        }.items():
             progress(f"{program.name}: {bench}")
             m = side.measured[bench]
             try:
-                out[bench] = _job(zygote, plan, ours, program, m, expected[bench])
+                m = _job(where.clean, plan, ours, program, m, expected)
+                if floor is not None:
+                    m.floor = _job(where.clean, plan, floor, program)
             except ChildFailed as exc:
                 m.failure = str(exc)
-                out[bench] = m
+            out[bench] = m
     progress(f"{program.name}: validate (semantic) vs torch.export.load")
     try:
-        out |= _job(zygote, plan, validate_ours, program, deserialize)
+        out |= _job(where.warm, plan, validate_ours, program, deserialize)
     except ChildFailed as exc:
         out["validate"] = Measured(failure=str(exc))
     return out
@@ -300,34 +319,38 @@ def torch_side(plan: Plan, program: Program) -> TorchSide:
 
 
 def parse_ours(plan: Plan, program: Program, m: Measured, expected: bytes) -> Measured:
-    """schema.load, checked against torch's dump of its own parse, then orjson.loads."""
-    data, reps = program.document, plan.repeats(program.nodes)
+    """schema.load, checked against torch's dump of its own parse."""
 
     def check(doc: schema.ExportedProgram) -> None:
         _same(orjson.loads(schema.dump(doc)), orjson.loads(expected), "parsed document")
 
+    data, reps = program.document, plan.repeats(program.nodes)
     time_ours(m, plan, "parse", program.nodes, lambda: schema.load(data), check, reps)
-    m.floor, _ = timed(lambda: orjson.loads(data), repeats=reps)
     return m
 
 
-def dump_ours(plan: Plan, program: Program, m: Measured, expected: bytes) -> Measured:
-    """schema.dump of our parse, checked against torch's dump, then orjson.dumps of plain data.
+def parse_floor(plan: Plan, program: Program) -> Timing:
+    """orjson.loads of the document."""
+    data = program.document
+    return timed(lambda: orjson.loads(data), repeats=plan.repeats(program.nodes))[0]
 
-    Each side's input is all the heap holds while it runs: our document is gone before the
-    floor's plain data is made.
-    """
-    reps = plan.repeats(program.nodes)
-    doc: list[schema.ExportedProgram] = [schema.load(program.document)]
+
+def dump_ours(plan: Plan, program: Program, m: Measured, expected: bytes) -> Measured:
+    """schema.dump of our parse, checked against torch's dump."""
+    doc: schema.ExportedProgram = schema.load(program.document)
 
     def check(dumped: bytes) -> None:
         _same(orjson.loads(dumped), orjson.loads(expected), "dump")
 
-    time_ours(m, plan, "dump", program.nodes, lambda: schema.dump(doc[0]), check, reps)
-    doc.clear()
-    plain = orjson.loads(program.document)
-    m.floor, _ = timed(lambda: orjson.dumps(plain), repeats=reps)
+    reps = plan.repeats(program.nodes)
+    time_ours(m, plan, "dump", program.nodes, lambda: schema.dump(doc), check, reps)
     return m
+
+
+def dump_floor(plan: Plan, program: Program) -> Timing:
+    """orjson.dumps of the document parsed by orjson (plain dicts and lists)."""
+    plain = orjson.loads(program.document)
+    return timed(lambda: orjson.dumps(plain), repeats=plan.repeats(program.nodes))[0]
 
 
 def canon_ours(plan: Plan, program: Program, m: Measured, expected: bytes | None) -> Measured:
@@ -466,10 +489,10 @@ def _outputs_close(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- weights hashing
 
 
-def measure_hashing(program: Program, plan: Plan, zygote: Zygote) -> Measured:
+def measure_hashing(program: Program, plan: Plan, where: Isolation) -> Measured:
     """Archive read + weights manifest vs sha256 of the file, in a child process of its own."""
     try:
-        return _job(zygote, plan, hashing_ours, program)
+        return _job(where.clean, plan, hashing_ours, program)
     except ChildFailed as exc:
         return Measured(failure=str(exc))
 

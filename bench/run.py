@@ -13,7 +13,7 @@ from pathlib import Path
 
 from app.settings import MiB, Settings
 from bench import footprint, mixed, service, storage, torchpath
-from bench.cases import Measured, measure_hashing, measure_program, warm_up
+from bench.cases import Isolation, Measured, measure_hashing, measure_program, warm_up
 from bench.hf_programs import hf_programs
 from bench.isolate import Zygote
 from bench.measure import CPU_TIME_VARIABLE
@@ -51,11 +51,13 @@ LEGEND = [
     "Times are wall clock (process CPU time with --cpu-time: the facts above say which): best "
     "/ median of the runs (×n). The first run of each of our benchmarks is checked before it "
     "counts; a failed check prints FAIL.",
-    "Each library figure is taken in a fresh process forked from one warm process that holds "
-    "the imports (and has run every operation once on the smallest program) but no program "
-    "data: torch's parse, dump and canonicalize of a program in one child; ours and the floor "
-    "of parse, of dump and of canonicalize each in a child of its own; validation with "
-    "deserialize in another. No row inherits the heap the rows before it left.",
+    "Each library figure is taken in a fresh process forked from a zygote that holds the "
+    "imports but no program data, so no row inherits the heap the rows before it left: "
+    "torch's parse, dump and canonicalize of a program in one child, ours of each benchmark "
+    "in a child of its own and its floor in another (each side's input is the first thing "
+    "its heap holds). Validation with deserialize (torch's load and save run once each) run "
+    "in a child of a second zygote that ran every operation once on the smallest program, so "
+    "that torch's first call pays no lazy set-up.",
     "ours/torch is ours' best time over torch's best time (below 1: faster); ours/floor is "
     "ours' best over the floor's best (orjson for parse and dump; for hashing and HTTP a "
     "throughput fraction). 'est.' compares with torch's time estimated from its cost per node "
@@ -268,7 +270,7 @@ def footprint_section(plan: Plan, suite: Suite, smoke: bool) -> tuple[str, bool]
     return text, held
 
 
-def library_phases(plan: Plan, suite: Suite, zygote: Zygote) -> list[Row]:
+def library_phases(plan: Plan, suite: Suite, where: Isolation) -> list[Row]:
     """The zoo and the programs up to 5k nodes, then weights hashing and schema diff."""
     rows: list[Row] = []
     hash_measured: list[tuple[str, int, Measured]] = []
@@ -277,20 +279,20 @@ def library_phases(plan: Plan, suite: Suite, zygote: Zygote) -> list[Row]:
             zoo_measured = []
             for program in suite.zoo:
                 progress(f"{program.name}")
-                zoo_measured.append(measure_program(program, plan, zygote))
+                zoo_measured.append(measure_program(program, plan, where))
             rows += zoo_rows(suite.zoo, zoo_measured)
         for program in suite.library:
             lean = program in suite.lean
-            measured = measure_program(program, plan, zygote, deserialize=not lean)
+            measured = measure_program(program, plan, where, deserialize=not lean)
             rows += library_rows(program, measured)
     with phase(plan, "weights hashing and schema diff", 0 if plan.smoke else 280):
         for program in suite.weights:
             progress(f"hashing {program.name}")
             size = program.archive.stat().st_size
-            hash_measured.append((program.name, size, measure_hashing(program, plan, zygote)))
+            hash_measured.append((program.name, size, measure_hashing(program, plan, where)))
         rows += hash_rows(hash_measured)
         progress("schema diff")
-        rows += diff_rows(measure_diffs(plan, zygote))
+        rows += diff_rows(measure_diffs(plan, where.clean))
     return rows
 
 
@@ -309,9 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     # everything loaded so far lives to the end: keep it out of each measurement's collection
     gc.collect()
     gc.freeze()
-    # every library measurement runs in a fresh child of one warm process (bench.isolate)
-    zygote = Zygote([*_setups(suite), functools.partial(warm_up, suite.library[0], SETTINGS)])
-    rows = library_phases(plan, suite, zygote)
+    # every library measurement runs in a fresh child of a zygote (bench.isolate)
+    setups = _setups(suite)
+    warm = functools.partial(warm_up, suite.library[0], SETTINGS)
+    where = Isolation(Zygote(setups), Zygote([*setups, warm]))
+    rows = library_phases(plan, suite, where)
     if not args.smoke:
         # issue 20 item 3: the torch path as whole processes and over HTTP, on ViT-Base (350 MB)
         with phase(plan, "torch path on a 350 MB archive", 200):
@@ -337,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     plan.torch_enabled = False
     for i, program in enumerate(suite.large):
         with phase(plan, f"{program.name} (ours only)", 100.0 if i + 1 < len(suite.large) else 0.0):
-            rows += library_rows(program, measure_program(program, plan, zygote))
-    zygote.close()
+            rows += library_rows(program, measure_program(program, plan, where))
+    where.close()
     rows = sorted(rows, key=lambda r: _order(r, suite)) + http
     facts = [
         *machine(),
@@ -370,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _setups(suite: Suite) -> list[Callable[[], None]]:
-    """Each program's setup once (custom ops, Hugging Face output types), for the zygote."""
+    """Each program's setup once (custom ops, Hugging Face output types), for the zygotes."""
     programs = suite.zoo + suite.library + suite.large + suite.weights
     return list(dict.fromkeys(p.setup for p in programs))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cases import measure_program
+from bench.cases import Isolation, measure_program
 from bench.isolate import ChildFailed, Zygote
 from bench.plan import Plan
 from bench.programs import Program, decoder_inputs
@@ -57,7 +57,7 @@ def test_a_job_that_raises_or_dies_is_reported_and_the_next_job_runs(zygote: Zyg
 def test_a_failure_in_a_child_gives_fail_rows_not_a_crash(zygote: Zygote, tmp_path: Path) -> None:
     broken = Program("broken", "test", 10, b"{}", tmp_path / "missing.pt2", decoder_inputs)
     plan = Plan(True, SETTINGS, deadline=600)
-    measured = measure_program(broken, plan, zygote)
+    measured = measure_program(broken, plan, Isolation(zygote, zygote))
     assert set(measured) == {"parse", "dump", "canonicalize", "validate"}
     for bench, m in measured.items():
         row = timing_row(bench, broken.name, broken.nodes, 2, [("", m)])

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import schema
-from bench.schema_diff import Change, change_key, changes_of, expected_changes, types_of
+from bench.schema_changes import Change, change_key, changes_of, expected_changes, types_of
 from schema.diff import RULES, check_description
 
 Releases = list[tuple[str, dict[str, Any]]]
