@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -299,8 +298,12 @@ def _deserialize_over_http(server: Any, body: bytes, target: Path) -> None:
         if response.status != 200:
             answer = response.read()
             raise CheckFailed(f"/v1/deserialize answered {response.status}: {answer[:300]!r}")
+        # one buffer, filled again and again, as curl or wget would (a fresh 4 MiB object per
+        # read would cost the client a page fault per 4 KiB)
+        buffer = memoryview(bytearray(_ANSWER_CHUNK))
         with target.open("wb") as out:
-            shutil.copyfileobj(response, out, _ANSWER_CHUNK)
+            while got := response.readinto(buffer):
+                out.write(buffer[:got])
     finally:
         conn.close()
 
