@@ -26,10 +26,8 @@ NAMES = ("conv", "linear_bn_train")
 def spliced_server() -> Iterator[Server]:
     env = {"PT2SERDE_HTTP_WORKERS": "1", "PT2SERDE_WORKERS": "1", "PT2SERDE_DIRECT_BODY_BYTES": "1"}
     running = start_server(env)
-    try:
-        yield running
-    finally:
-        stop_server(running)
+    yield running  # pytest runs the rest at teardown, whatever the tests did
+    stop_server(running)
 
 
 def _written(archive: Path, folder: Path) -> bytes:
