@@ -203,3 +203,14 @@ def test_a_stalled_large_body_times_out(server: tuple[str, int]) -> None:
         assert 1.0 <= time.monotonic() - started < 3.0  # the route's idle limit: 1 s
     assert head.startswith(b"HTTP/1.1 400 ")
     assert answer == b'{"code":"body-timeout"}'
+
+
+def test_a_large_body_waits_for_its_100_continue(server: tuple[str, int]) -> None:
+    body = UPLOAD[: 2 * 1024 * 1024]
+    head = _post(len(body)).replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    with _request(server, head) as conn:
+        assert conn.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        conn.sendall(body)
+        _, answer = _answer(conn)
+    assert hashlib.sha256(body).hexdigest().encode() in answer
+    assert b'"direct":true' in answer
