@@ -57,16 +57,17 @@ class Cycle(RequestResponseCycle):
     held_size: int
     #: body bytes the parser has passed on so far
     seen: int
-    #: set when the connection is lost: a sending or receiving thread stops
+    #: set when the connection is lost (shared by its cycles): a transfer's thread stops
     lost: threading.Event
     #: stops the protocol's body deadline (a body received by splice ends unseen by the parser)
     body_done: Callable[[], None]
 
-    def adopt(self, body_done: Callable[[], None]) -> None:
-        """Turn uvicorn's fresh cycle into this kind (same state, plus ours)."""
+    def adopt(self, body_done: Callable[[], None], lost: threading.Event) -> None:
+        """Turn uvicorn's fresh cycle into this kind (same state, plus ours); `lost` is set
+        when its connection is lost."""
         self.__class__ = Cycle
         self.held, self.held_size, self.seen = [], 0, 0
-        self.lost, self.body_done = threading.Event(), body_done
+        self.lost, self.body_done = lost, body_done
         extensions = self.scope.setdefault("extensions", {})
         extensions[SENDFILE] = {}
         headers = dict(self.scope["headers"])
@@ -118,7 +119,7 @@ class Cycle(RequestResponseCycle):
         socket = self.transport.get_extra_info("socket")
         fds = _dup(socket.fileno(), fd)
         outcome = await _finish(
-            _thread(_receive_all, fds, held, rest, idle_s, self.lost), self.lost
+            *_thread(_receive_all, fds, held, rest, idle_s, stop=_Stop(self.lost))
         )
         if outcome == "idle":
             raise ServiceError("body-timeout", f"the body sent nothing for {idle_s} seconds")
@@ -165,12 +166,26 @@ class Cycle(RequestResponseCycle):
         socket = self.transport.get_extra_info("socket")
         fds = _dup(socket.fileno(), *(fd for fd, _, _ in runs))
         own = [(fds[i + 1], offset, count) for i, (_, offset, count) in enumerate(runs)]
-        return await _finish(_thread(_send_all, fds, own, self.lost), self.lost)
+        return await _finish(*_thread(_send_all, fds, own, stop=_Stop(self.lost)))
 
 
-def _thread(work: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-    """`work(*args)` on a thread of its own, as a future of this loop: a transfer lasts as long
-    as its client takes, so it holds no thread of a pool that others wait on."""
+class _Stop:
+    """Whether a transfer's thread is to stop early: its connection was lost, or the answer or
+    upload it moves was given up."""
+
+    def __init__(self, lost: threading.Event) -> None:
+        self.lost = lost
+        self.given_up = threading.Event()
+
+    def __call__(self) -> bool:
+        """Stop now?"""
+        return self.lost.is_set() or self.given_up.is_set()
+
+
+def _thread(work: Callable[..., _T], *args: Any, stop: _Stop) -> tuple[asyncio.Future[_T], _Stop]:
+    """`work(*args, stop)` on a thread of its own, as a future of this loop (and `stop`): a
+    transfer lasts as long as its client takes, so it holds no thread of a pool that others
+    wait on."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[_T] = loop.create_future()
 
@@ -182,23 +197,23 @@ def _thread(work: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         setter: Callable[[Any], None]
         value: object
         try:
-            value, setter = work(*args), future.set_result
+            value, setter = work(*args, stop), future.set_result
         except BaseException as exc:
             value, setter = exc, future.set_exception
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
             loop.call_soon_threadsafe(settle, setter, value)
 
     threading.Thread(target=run, name="pt2serde-transfer", daemon=True).start()
-    return future
+    return future, stop
 
 
-async def _finish(work: asyncio.Future[_T], lost: threading.Event) -> _T:
+async def _finish(work: asyncio.Future[_T], stop: _Stop) -> _T:
     """What a thread's work gives; if the wait is cancelled, the thread is told to stop and
     awaited first (no thread outlives the answer, nor uses descriptors closed after it)."""
     try:
         return await asyncio.shield(work)
     except asyncio.CancelledError:
-        lost.set()
+        stop.given_up.set()
         with contextlib.suppress(Exception):
             await asyncio.shield(work)
         raise
@@ -220,9 +235,7 @@ def _close(fds: list[int]) -> None:
         os.close(fd)
 
 
-def _receive_all(
-    fds: list[int], held: list[bytes], rest: int, idle_s: float, lost: threading.Event
-) -> str:
+def _receive_all(fds: list[int], held: list[bytes], rest: int, idle_s: float, stop: _Stop) -> str:
     """Write `held`, then splice `rest` bytes from the socket `fds[0]` (non-blocking: waits for
     them by poll) into the file `fds[1]`, then close `fds`: "done", "idle" (nothing came for
     `idle_s` seconds), "eof" or "lost"."""
@@ -239,7 +252,7 @@ def _receive_all(
         poller.register(sock, select.POLLIN)
         came = time.monotonic()
         while rest:
-            if lost.is_set():
+            if stop():
                 return "lost"
             try:
                 moved = os.splice(sock, pipe[1], min(rest, _PIPE_SIZE), flags=os.SPLICE_F_MOVE)
@@ -260,7 +273,7 @@ def _receive_all(
         _close([*pipe, *fds])
 
 
-def _send_all(fds: list[int], runs: Sequence[Run], lost: threading.Event) -> bool:
+def _send_all(fds: list[int], runs: Sequence[Run], stop: _Stop) -> bool:
     """sendfile each run to the socket `fds[0]` (non-blocking: waits for room by poll), then
     close `fds`; whether every byte went before the connection was lost or stalled."""
     sock = fds[0]
@@ -270,7 +283,7 @@ def _send_all(fds: list[int], runs: Sequence[Run], lost: threading.Event) -> boo
         for fd, offset, count in runs:
             stalled = time.monotonic()
             while count:
-                if lost.is_set():
+                if stop():
                     return False
                 try:
                     sent = os.sendfile(sock, fd, offset, min(count, _SENDFILE_STEP))

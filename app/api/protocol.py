@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import http
+import threading
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -60,6 +61,7 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the clock on the first request head."""
+        self._lost = threading.Event()  # tells the threads moving its bytes that it is gone
         super().connection_made(transport)
         self._arm_head()
 
@@ -75,7 +77,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         before = self.cycle
         super().on_headers_complete()
         if self.cycle is not before and type(self.cycle) is RequestResponseCycle:
-            Cycle.adopt(self.cycle, self._disarm)  # type: ignore[arg-type]
+            Cycle.adopt(self.cycle, self._disarm, self._lost)  # type: ignore[arg-type]
         seconds = _timeouts()[1]
         if seconds > 0 and not self.transport.is_closing():
             detail = f"the body did not arrive within {seconds:g} seconds"
@@ -106,8 +108,7 @@ class DeadlineProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Gone: no deadline left to enforce, no answer left to send."""
         self._disarm()
-        if isinstance(self.cycle, Cycle):
-            self.cycle.lost.set()
+        self._lost.set()
         super().connection_lost(exc)
 
     def _arm_head(self) -> None:
