@@ -126,6 +126,7 @@ class Cycle(RequestResponseCycle):
         if outcome != "done":
             raise ServiceError("bad-request", "the client disconnected mid-upload")
         self.more_body = False
+        self.message_event.set()  # a later `receive` gives the body's (empty) end at once
         self.body_done()
         return sum(map(len, held)) + rest
 

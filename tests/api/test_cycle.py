@@ -57,6 +57,8 @@ def _app(folder: Path) -> FastAPI:
             size = await uploads.store_body(request, target, SETTINGS[""], "")
         except ServiceError as exc:
             return JSONResponse({"code": exc.code}, status_code=400)
+        if direct and size >= SETTINGS[""].direct_body_bytes:
+            assert await request.body() == b""  # all of it went into the file
         data = target.read_bytes()
         target.unlink()
         digest = hashlib.sha256(data).hexdigest()
@@ -89,7 +91,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
 
 
 def _request(address: tuple[str, int], head: bytes, body: bytes = b"") -> socket.socket:
-    conn = socket.create_connection(address)
+    conn = socket.create_connection(address, timeout=20)
     conn.sendall(head + body)
     return conn
 
@@ -136,7 +138,7 @@ def test_small_bodies_keep_their_connection(
     server: tuple[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(SETTINGS, "", Settings(direct_body_bytes=1 << 20))
-    with socket.create_connection(server) as conn:
+    with socket.create_connection(server, timeout=20) as conn:
         for size in (1, 70_000, 300_000):
             body = UPLOAD[:size]
             conn.sendall(_post(size) + body)
@@ -148,7 +150,7 @@ def test_small_bodies_keep_their_connection(
 def test_answers_are_sent_whole_in_order_and_keep_their_connection(
     server: tuple[str, int],
 ) -> None:
-    with socket.create_connection(server) as conn:
+    with socket.create_connection(server, timeout=20) as conn:
         for slow in (False, True, False):
             conn.sendall(b"GET /runs HTTP/1.1\r\nHost: t\r\n\r\n")
             head, body = _answer(conn, slow=slow)
