@@ -68,6 +68,8 @@ class Cycle(RequestResponseCycle):
         self.__class__ = Cycle
         self.held, self.held_size, self.seen = [], 0, 0
         self.lost, self.body_done = lost, body_done
+        if self.transport.get_extra_info("sslcontext") is not None:
+            return  # the kernel would move plain bytes past TLS: the ASGI way only
         extensions = self.scope.setdefault("extensions", {})
         extensions[SENDFILE] = {}
         headers = dict(self.scope["headers"])

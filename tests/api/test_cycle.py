@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -66,19 +68,19 @@ def _app(folder: Path) -> FastAPI:
 
     @app.get("/runs")
     async def runs(request: Request) -> Response:
-        assert SENDFILE in request.scope["extensions"]
+        offered = SENDFILE in request.scope.get("extensions", {})
         files = [folder / "head", folder / "upload"]
-        return SplicedResponse(SEGMENTS, files, "application/zip", "program.pt2")
+        answer = SplicedResponse(SEGMENTS, files, "application/zip", "program.pt2")
+        answer.headers["x-sendfile"] = str(offered).lower()
+        return answer
 
     return app
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    folder = tmp_path_factory.mktemp("cycle")
+def _serve(folder: Path, **tls: str) -> Iterator[tuple[str, int]]:
     port = free_port()
     config = uvicorn.Config(
-        _app(folder), host="127.0.0.1", port=port, http=DeadlineProtocol, loop="uvloop"
+        _app(folder), host="127.0.0.1", port=port, http=DeadlineProtocol, loop="uvloop", **tls
     )
     running = uvicorn.Server(config)
     thread = threading.Thread(target=running.run, daemon=True)
@@ -88,6 +90,27 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     yield "127.0.0.1", port
     running.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    yield from _serve(tmp_path_factory.mktemp("cycle"))
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path]]:
+    """The same app served over TLS, with a self-signed certificate for 127.0.0.1."""
+    folder = tmp_path_factory.mktemp("cycle-tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    for host, port in _serve(folder, ssl_certfile=str(cert), ssl_keyfile=str(key)):
+        yield host, port, cert
 
 
 def _request(address: tuple[str, int], head: bytes, body: bytes = b"") -> socket.socket:
@@ -216,3 +239,23 @@ def test_a_large_body_waits_for_its_100_continue(server: tuple[str, int]) -> Non
         _, answer = _answer(conn)
     assert hashlib.sha256(body).hexdigest().encode() in answer
     assert b'"direct":true' in answer
+
+
+def test_over_tls_bodies_and_answers_take_the_asgi_way(tls_server: tuple[str, int, Path]) -> None:
+    """Splice and sendfile move plain bytes past TLS: over TLS the cycle offers neither."""
+    host, port, cert = tls_server
+    context = ssl.create_default_context(cafile=str(cert))
+    body = UPLOAD[: 3 * 1024 * 1024]
+    plain = socket.create_connection((host, port), timeout=20)
+    with context.wrap_socket(plain, server_hostname=host) as conn:
+        conn.sendall(_post(len(body)) + body)
+        _, answer = _answer(conn)
+        expected = hashlib.sha256(body).hexdigest()
+        assert answer == b'{"size":%d,"sha256":"%s","direct":false}' % (
+            len(body),
+            expected.encode(),
+        )
+        conn.sendall(b"GET /runs HTTP/1.1\r\nHost: t\r\n\r\n")
+        head, answer = _answer(conn)
+    assert b"x-sendfile: false" in head.lower()
+    assert answer == EXPECTED
