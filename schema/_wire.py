@@ -18,9 +18,14 @@ changed in place, so only classes with such a list are left to the callback, whi
 from __future__ import annotations
 
 import math
+import operator
+import threading
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel
 
 #: The instance-dict descriptor of every model: read through `__wire__` on a marked class, it
@@ -97,6 +102,54 @@ def keep_exact_made(given: Any, made: Any) -> None:
             keep_exact_made(g, made.get(key))
     else:
         keep_exact(made)
+
+
+#: orjson's callback: a model's `__wire__`; anything else raises (and pydantic writes it).
+wire_of = operator.attrgetter("__wire__")
+
+
+class _Calls(threading.local):
+    """Per thread: the running dump's orjson option and the fragments written in it, by the
+    id of their model (held too, so that no other object takes its id during the call)."""
+
+    def __init__(self) -> None:
+        self.memo: tuple[int, dict[int, tuple[BaseModel, orjson.Fragment]]] | None = None
+
+
+_CALLS = _Calls()
+
+
+@contextmanager
+def fragments(option: int) -> Iterator[None]:
+    """Within the block, a model written as a fragment (see `write_as_fragment`) is written
+    once per orjson `option` and reused. Nothing can change a model while orjson writes the
+    document, but a list it holds can change between dumps: the memo ends with the block."""
+    previous = _CALLS.memo
+    _CALLS.memo = (option, {})
+    try:
+        yield
+    finally:
+        _CALLS.memo = previous
+
+
+def write_as_fragment(cls: type[BaseModel]) -> None:
+    """Have orjson write each instance of `cls` (a frozen class whose instances are shared)
+    once per `fragments` block, and reuse those bytes for its other places."""
+    unmark(cls)
+    cls.__wire__ = property(_fragment_of)  # type: ignore[attr-defined]
+
+
+def _fragment_of(value: BaseModel) -> Any:
+    memo = _CALLS.memo
+    if memo is None:
+        return fields_of(value)
+    option, made = memo
+    known = made.get(id(value))
+    if known is not None:
+        return known[1]
+    written = orjson.Fragment(orjson.dumps(fields_of(value), default=wire_of, option=option))
+    made[id(value)] = (value, written)
+    return written
 
 
 class NonFinite(float):

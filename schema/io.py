@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import operator
 import types
 import typing
 from dataclasses import dataclass
@@ -15,10 +14,10 @@ from pydantic import BaseModel, ValidationError
 
 from schema._base import Arm, OneOf, Struct, WireName
 from schema._fast import fast_validator
-from schema._wire import layout, write_natively
+from schema._wire import fragments, layout, wire_of, write_as_fragment, write_natively
 from schema.description import field_annotation, union_arms
 from schema.errors import DocumentInvalid, Issue, pointer
-from schema.models import ExportedProgram
+from schema.models import ExportedProgram, TensorMeta
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -147,7 +146,8 @@ def dump(doc: BaseModel) -> bytes:
     serializer writes the document instead.
     """
     try:
-        return orjson.dumps(doc, default=_wire_of)
+        with fragments(0):
+            return orjson.dumps(doc, default=wire_of)
     except orjson.JSONEncodeError:
         return doc.__pydantic_serializer__.to_json(doc)
 
@@ -158,18 +158,12 @@ def dump_sorted(doc: BaseModel) -> bytes | None:
     orjson does not sort the keys of what it writes natively, so here every model goes through
     the callback, which reads a natively written model's `__dict__` without a Python frame.
     """
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
     try:
-        return orjson.dumps(
-            doc,
-            default=_wire_of,
-            option=orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS,
-        )
+        with fragments(option):
+            return orjson.dumps(doc, default=wire_of, option=option)
     except orjson.JSONEncodeError:
         return None
-
-
-#: orjson's callback: a model's `__wire__`; anything else raises (and pydantic writes it).
-_wire_of = operator.attrgetter("__wire__")
 
 
 def _write_natively() -> None:
@@ -181,6 +175,9 @@ def _write_natively() -> None:
         pending.extend(cls.__subclasses__())
         if cls not in (Struct, Arm) and not layout(cls)[1]:
             write_natively(cls)
+    # A document's tensor metas are its most numerous models, but few distinct ones are shared
+    # between its ~1k tensors (see `TensorMetas`): writing each once per dump pays.
+    write_as_fragment(TensorMeta)
 
 
 def issues_from(exc: ValidationError, root: Any) -> list[Issue]:
