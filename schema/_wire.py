@@ -13,6 +13,10 @@ field therefore never holds a plain non-finite float: validation makes it a `Non
 orjson (to which a float subclass is no float) hands to the callback, and `keep_exact_one` turns
 one put there by construction or assignment into a `NonFinite` too. A list of floats can be
 changed in place, so only classes with such a list are left to the callback, which rewrites it.
+
+A document shares each of its few distinct tensor metas between its many tensors; orjson would
+write every place anew, so within one dump a meta is written once and its bytes reused as an
+`orjson.Fragment` (`write_as_fragment`, `fragments`).
 """
 
 from __future__ import annotations

@@ -141,7 +141,8 @@ def dump(doc: BaseModel) -> bytes:
 
     orjson writes the models' own `__dict__`s (fields in declaration order, as pydantic's
     serializer does): most models without calling back at all (see `schema._wire`), the
-    others through their `__wire__`. Anything that route cannot write exactly (extra keys, a
+    others through their `__wire__` (a tensor meta, shared between tensors, is written once
+    per call and its bytes reused). Anything that route cannot write exactly (extra keys, a
     field left unset, an int past 64 bits, a lone surrogate) makes orjson raise, and pydantic's
     serializer writes the document instead.
     """
