@@ -190,3 +190,17 @@ def test_the_wheel_without_torch_runs_the_torch_free_commands(
         assert "Traceback" not in refused.stderr
         assert f"pip install 'pt2serde[{extra}]'" in refused.stderr
     assert not (here / "out.pt2").exists()
+
+
+def test_the_ci_entry_point_is_a_valid_script_that_ends_in_make_test() -> None:
+    """CI runs `.ci/run` before anything else: a syntax error there fails CI after 0 s, unseen
+    by every other test (it happened once, from an edit that landed inside a comment)."""
+    script = ROOT / ".ci" / "run"
+    assert os.access(script, os.X_OK)
+    _ok(_run(["bash", "-n", str(script)], ROOT))
+    commands = [
+        line.strip()
+        for line in script.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert commands[-1] == "make test"
