@@ -1,13 +1,13 @@
 """Each measurement in a fresh process forked from a warm one, so no row inherits another's heap.
 
 In one process, the rows measured earlier leave their garbage, grown collector generations and
-fragmented arenas behind, and a later row's figures swing with them: dump of decoder-1.0k took
-2.5x, 2.7x and 4.2x orjson.dumps in three idle runs of one `python -m bench`, 1.8-2.3x in fresh
-processes. A *zygote* starts once (a spawned interpreter that imports what the measurements
-need: torch, schema, app, the bench, and runs the programs' setup, such as registering custom
-ops and the Hugging Face output types) and holds no program data. It forks one child per job;
-the child unpickles its job, runs it and sends the result back, so every measurement starts from
-the same heap: ours and the floor alike.
+fragmented arenas behind, and a later row's figures swing with them: dump of decoder-1.0k took 2.5x,
+2.7x and 4.2x orjson.dumps in three idle runs of one `python -m bench`, and the floor itself swung
+(T5's orjson.dumps 4.2-8.8 ms there, 1.2 ms in a fresh process). A *zygote* starts once (a spawned
+interpreter that imports what the measurements need: torch, schema, app, the bench, and runs the
+programs' setup, such as registering custom ops and the Hugging Face output types) and holds no
+program data. It forks one child per job; the child unpickles its job, runs it and sends the result
+back, so every measurement starts from the same heap: ours and the floor alike.
 
 multiprocessing's forkserver is not used: a process has one, and the app's worker pools own it.
 Jobs and results cross as plain pickles between our own processes (no document is unpickled).

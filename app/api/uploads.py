@@ -112,7 +112,7 @@ async def stream_body(
     awaitable: a `Spool` making room); its size, refused over `limit` or empty, or when `idle_s`
     seconds pass without a byte (a client that stalls holds its connection and its upload's
     file)."""
-    too_large = _refuse_declared(request, limit, hint)
+    _refuse_declared(request, limit, hint)
     size = 0
     loop = asyncio.get_running_loop()
     try:
@@ -121,7 +121,7 @@ async def stream_body(
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
-                    raise ServiceError("payload-too-large", too_large)
+                    raise ServiceError("payload-too-large", _too_large(limit, hint))
                 written = write(chunk)
                 if isawaitable(written):
                     await written
@@ -134,13 +134,15 @@ async def stream_body(
     return _not_empty(size)
 
 
-def _refuse_declared(request: Request, limit: int, hint: str) -> str:
-    """payload-too-large for a declared length over `limit`; else the detail to refuse with."""
-    too_large = f"the body is over the limit of {limit} bytes{hint}"
+def _too_large(limit: int, hint: str) -> str:
+    return f"the body is over the limit of {limit} bytes{hint}"
+
+
+def _refuse_declared(request: Request, limit: int, hint: str) -> None:
+    """payload-too-large for a declared length over `limit`, before a byte is read."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
-        raise ServiceError("payload-too-large", too_large)
-    return too_large
+        raise ServiceError("payload-too-large", _too_large(limit, hint))
 
 
 def _not_empty(size: int) -> int:
