@@ -193,6 +193,23 @@ def _from_file(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
+def _reinterpret_tensor(archives: dict[str, bytes], marker: Path) -> bytes:
+    """A view 4 KiB past its input's storage, which inductor's primitive builds unchecked."""
+
+    def mutate(doc: Any) -> None:
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        tensor = node["inputs"][0]["arg"]
+        node["target"] = "torch.ops.inductor._reinterpret_tensor.default"
+        node["inputs"] = [
+            {"name": "self", "arg": tensor, "kind": 1},
+            {"name": "size", "arg": {"as_ints": [1024]}, "kind": 1},
+            {"name": "stride", "arg": {"as_ints": [1]}, "kind": 1},
+            {"name": "offset_increment", "arg": {"as_int": 1024}, "kind": 1},
+        ]
+
+    return _document(archives, "conv", mutate)
+
+
 def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
     def mutate(doc: Any) -> None:
         doc["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
@@ -261,6 +278,7 @@ HOSTILE: list[Hostile] = [
     Hostile("treespec-enum", "unsafe-treespec", _treespec),
     Hostile("aotinductor-so", "archive-native-code", _native),
     Hostile("aten-from-file", "unsafe-operator", _from_file),
+    Hostile("inductor-reinterpret-tensor", "unsafe-operator", _reinterpret_tensor),
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),
     Hostile("treespec-defaultdict-factory", "unsafe-treespec", _defaultdict_factory),

@@ -29,6 +29,17 @@ from schema.errors import pointer
 UNSAFE_OPERATORS = frozenset(
     {("aten", "from_file"), ("aten", "save"), ("debugprims", "load_tensor")}
 )
+#: Inductor's internal storage primitives: they build or resize a tensor over raw storage
+#: without the bounds check every other view takes (`as_strided`'s), so a program calling them
+#: reads and writes memory outside its tensors (tests/test_memory_operators.py holds each to
+#: torch's behaviour).
+UNCHECKED_MEMORY_OPERATORS = frozenset(
+    {
+        ("inductor", "_reinterpret_tensor"),
+        ("inductor", "_alloc_from_pool"),
+        ("inductor", "resize_storage_bytes_"),
+    }
+)
 #: Container types torch registers for pytrees; any other type must be registered by the loader.
 BUILTIN_CONTAINERS = frozenset(
     {
@@ -171,6 +182,8 @@ def _verdict(target: str) -> tuple[str, str] | None:
     parts = target.split(".")
     if len(parts) == 5 and (parts[2], parts[3]) in UNSAFE_OPERATORS:
         return "unsafe-operator", f"{target} reads or writes files"
+    if len(parts) == 5 and (parts[2], parts[3]) in UNCHECKED_MEMORY_OPERATORS:
+        return "unsafe-operator", f"{target} reaches memory outside its tensors' storage"
     namespace = _custom_namespace(target)
     return None if namespace is None else ("operator-namespace-to-register", namespace)
 

@@ -1,0 +1,57 @@
+"""The operators the screen refuses for reaching memory outside their tensors' storage: each
+still does so in the pinned torch (a view past its storage, or a storage shrunk under its
+tensor, built without the check torch's own views take), and nothing else carries the name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.programs import opset
+from app.programs.screen import UNCHECKED_MEMORY_OPERATORS
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from the storage's start that `t` addresses (no element is read)."""
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    return (last + 1) * t.element_size()
+
+
+def _reinterpret() -> tuple[torch.Tensor, int]:
+    base = torch.zeros(4)
+    return torch.ops.inductor._reinterpret_tensor(base, [8], [1], 1000), 16
+
+
+def _alloc_from_pool() -> tuple[torch.Tensor, int]:
+    pool = torch.zeros(4)
+    return torch.ops.inductor._alloc_from_pool(pool, 4096, torch.float32, [8], [1]), 16
+
+
+def _resize_storage() -> tuple[torch.Tensor, int]:
+    t = torch.zeros(4)
+    torch.ops.inductor.resize_storage_bytes_(t, 0)
+    return t, 0
+
+
+BUILDERS = {
+    ("inductor", "_reinterpret_tensor"): _reinterpret,
+    ("inductor", "_alloc_from_pool"): _alloc_from_pool,
+    ("inductor", "resize_storage_bytes_"): _resize_storage,
+}
+
+
+@pytest.mark.parametrize("pair", sorted(BUILDERS), ids=lambda p: f"{p[0]}.{p[1]}")
+def test_torch_builds_a_tensor_past_its_storage(pair: tuple[str, str]) -> None:
+    view, storage_bytes = BUILDERS[pair]()
+    assert view.untyped_storage().nbytes() == storage_bytes
+    assert _extent(view) > storage_bytes
+    # the same view through torch's checked path is refused
+    with pytest.raises(RuntimeError, match="out of bounds for storage"):
+        torch.as_strided(
+            torch.zeros(storage_bytes // 4), view.shape, view.stride(), view.storage_offset()
+        )
+
+
+def test_the_set_is_what_torch_registers() -> None:
+    assert set(BUILDERS) == UNCHECKED_MEMORY_OPERATORS
+    assert all(opset.has_operator(*pair) for pair in UNCHECKED_MEMORY_OPERATORS)
