@@ -1,17 +1,39 @@
-"""`pt2serde serve`: the HTTP service under uvicorn."""
+"""`pt2serde serve`: the HTTP service under uvicorn.
+
+With several HTTP processes, uvicorn's supervisor spawns them and nothing of uvicorn's ends
+them if the supervisor itself is killed: each would keep the port, its torch workers and their
+memory for good. So each HTTP process ends with its supervisor (`app.workers.lifeline`), and
+every stop, however it was asked for, ends within the graceful shutdown plus `STOP_MARGIN_S`:
+what each HTTP process started (torch and document workers, the forkserver) ends with it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_OK, EXIT_USAGE, Parser
 from app.settings import Settings
+from app.workers import lifeline
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from app.cli.common import Subcommands
+
+#: Tells an HTTP process the pid of the supervisor it must not outlive.
+SUPERVISOR_ENV = "PT2SERDE_SUPERVISOR_PID"
+#: What a stopping HTTP process may take beyond the graceful shutdown (closing its pools, its
+#: interpreter's exit) before it kills itself.
+STOP_MARGIN_S = 10.0
+
+Handler = Callable[[int, FrameType | None], Any]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -25,8 +47,11 @@ def _serve(args: argparse.Namespace) -> int:
     if refused is not None:
         sys.stderr.write(f"pt2serde: {refused}\n")
         return EXIT_USAGE
+    # inherited by the HTTP processes uvicorn spawns
+    os.environ[SUPERVISOR_ENV] = str(os.getpid())
     uvicorn.run(
-        "app.main:app",
+        f"{__name__}:http_app",
+        factory=True,
         http=PROTOCOL,
         host=args.host or settings.host,
         port=args.port or settings.port,
@@ -38,6 +63,50 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_worker_healthcheck=settings.http_healthcheck_timeout_s,
     )
     return EXIT_OK
+
+
+def http_app() -> FastAPI:
+    """The service as an HTTP process of `pt2serde serve` runs it: its stop is bounded, and under
+    a supervisor (several HTTP processes) it ends when the supervisor does.
+
+    uvicorn calls this in the process that serves, on its main thread, once its own signal
+    handlers are installed."""
+    limit = Settings.from_env().http_graceful_shutdown_s + STOP_MARGIN_S
+    _bound_stop(limit)
+    supervisor = int(os.environ.get(SUPERVISOR_ENV) or 0)
+    if supervisor and supervisor != os.getpid():
+        # uvicorn's supervisor forks from its main thread: the signal is sound there; a
+        # supervisor that ended before it was asked for is seen by the watch
+        lifeline.signal_on_parent_death(supervisor, signal.SIGTERM)
+        lifeline.watch_parent(supervisor, _stop_self, "pt2serde-supervisor-watch")
+    from app.main import app
+
+    return app
+
+
+def _stop_self() -> None:
+    # uvicorn's own handler: the graceful shutdown, bounded by _bound_stop
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _bound_stop(limit_s: float) -> None:
+    """Chain onto uvicorn's SIGTERM and SIGINT handlers: the first of them arms a SIGKILL of this
+    process `limit_s` seconds later, in case the graceful shutdown or the interpreter's exit
+    hangs (a supervisor waits for its HTTP processes without a limit)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+        if callable(previous):
+            signal.signal(signum, _bounded(previous, limit_s))
+
+
+def _bounded(previous: Handler, limit_s: float) -> Handler:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        lifeline.kill_self_after(limit_s)
+        previous(signum, frame)
+
+    return handler
 
 
 def register(sub: Subcommands, shared: Parser) -> None:

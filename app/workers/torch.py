@@ -12,8 +12,14 @@ from app.bridge.errors import BridgeFailure
 from app.settings import Settings
 from app.workers.pool import STARTUP_TIMEOUT_S, PoolSpec, WorkerPool
 
-#: What a worker imports before its first job; the forkserver preloads it so forks start warm.
-PRELOAD: tuple[str, ...] = ("torch", "app.bridge.exported", "app.bridge.checks")
+#: What a worker imports before its first job; the forkserver preloads it so forks start warm
+#: (app.workers.forkserver last: its exit handler must run before the others').
+PRELOAD: tuple[str, ...] = (
+    "torch",
+    "app.bridge.exported",
+    "app.bridge.checks",
+    "app.workers.forkserver",
+)
 #: Where a job given by bare name is looked up.
 JOBS_MODULE = "app.bridge.jobs"
 

@@ -8,7 +8,6 @@ thread, RLIMIT_CPU, and where its parent is single-threaded, the kernel's parent
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import os
 import resource
@@ -23,6 +22,7 @@ from typing import Any
 
 from app.failure import Failure, is_allocation_failure, one_line
 from app.workers.clock import JobClock
+from app.workers.lifeline import signal_on_parent_death
 from schema import SchemaError
 
 MiB = 1024 * 1024
@@ -31,8 +31,6 @@ MiB = 1024 * 1024
 SELF_KILL_GRACE_S = 5.0
 #: How often a worker looks at its parent and its job's deadline.
 WATCH_INTERVAL_S = 0.5
-#: prctl(2) option: the signal the kernel sends us when the thread that forked us ends.
-_PR_SET_PDEATHSIG = 1
 
 Job = str | Callable[..., Any]
 
@@ -87,11 +85,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
 
 
 def _die_with_parent() -> None:
-    parent = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
+    if not signal_on_parent_death(os.getppid(), signal.SIGKILL):
         os._exit(1)  # the parent ended before the signal was armed
 
 
