@@ -181,6 +181,31 @@ def _treespec(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
+def _with_treespec_node(archives: dict[str, bytes], node: dict[str, Any]) -> bytes:
+    """The conv program with `node` in its input treespec."""
+    spec = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [node]}]
+
+    def mutate(doc: Any) -> None:
+        doc["graph_module"]["module_call_graph"][0]["signature"]["in_spec"] = json.dumps(spec)
+
+    return _document(archives, "conv", mutate)
+
+
+def _enum_behind_nan(archives: dict[str, bytes], marker: Path) -> bytes:
+    """A user type's context only Python's json reads (NaN): torch's enum hook imports the
+    module its second element names, however the rest of the load goes."""
+    enum = json.dumps({"__enum__": True, "fqn": "os:system", "name": f"touch {marker}"})
+    node = {"type": "mylib.Output", "context": f"[NaN, {enum}]", "children_spec": []}
+    return _with_treespec_node(archives, node)
+
+
+def _placeholder_type(archives: dict[str, bytes], marker: Path) -> bytes:
+    """torch's name for a type registered without one, which resolves to whichever registered
+    last (its context then goes through torch's enum hook)."""
+    node = {"type": "NO_SERIALIZED_TYPE_NAME_FOUND", "context": "[]", "children_spec": []}
+    return _with_treespec_node(archives, node)
+
+
 def _native(archives: dict[str, bytes], marker: Path) -> bytes:
     return _zip(archives, "conv", add={f"{ROOT}/data/aotinductor/model.so": b"\x7fELF" + bytes(64)})
 
@@ -276,6 +301,8 @@ HOSTILE: list[Hostile] = [
     Hostile("sympify-expression", "unsafe-expression", _expression),
     Hostile("guards-code", "unsafe-guards-code", _guards),
     Hostile("treespec-enum", "unsafe-treespec", _treespec),
+    Hostile("treespec-enum-behind-nan", "unsafe-treespec", _enum_behind_nan),
+    Hostile("treespec-placeholder-type", "unsafe-treespec", _placeholder_type),
     Hostile("aotinductor-so", "archive-native-code", _native),
     Hostile("aten-from-file", "unsafe-operator", _from_file),
     Hostile("inductor-reinterpret-tensor", "unsafe-operator", _reinterpret_tensor),

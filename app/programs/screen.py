@@ -9,6 +9,7 @@ payloads and custom objects. Everything outside what torch itself writes is refu
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -55,6 +56,9 @@ BUILTIN_CONTAINERS = frozenset(
         "torch.Size",
     }
 )
+#: The serialized type name torch's pytree gives every type registered without one: they all
+#: share it, so it names whichever registered last, and torch refuses to write it.
+PYTREE_PLACEHOLDER = "NO_SERIALIZED_TYPE_NAME_FOUND"
 #: defaultdict factories that resolve inside builtins (torch imports the named module).
 SAFE_DEFAULT_FACTORIES = frozenset({"list", "dict", "set", "tuple", "int", "float", "str", "bool"})
 
@@ -320,18 +324,39 @@ def _treespec_node(node: Any, registered: set[str]) -> str | None:
             return f"the namedtuple type {context!r} is not a plain registered name"
         registered.add(context)
         return None
+    if kind == PYTREE_PLACEHOLDER:
+        return f"the node type {kind!r} is torch's placeholder for a type without a name"
     if kind not in BUILTIN_CONTAINERS:
         registered.add(kind)
     if not isinstance(context, str):
         return f"the context of {kind} must be a JSON string"
-    try:
-        parsed = orjson.loads(context)
-    except orjson.JSONDecodeError:
-        # a registered type may bring its own context format; builtins never do
-        return None if kind not in BUILTIN_CONTAINERS else f"the context of {kind} is not JSON"
-    if _has_enum(parsed):
+    parsed, enum = _torch_context(context)
+    if enum:
         return f"the context of {kind} names an enum, which torch would import to load"
+    if not parsed and kind in BUILTIN_CONTAINERS:
+        # a registered type may bring its own context format; builtins never do
+        return f"the context of {kind} is not JSON"
     return None
+
+
+def _torch_context(context: str) -> tuple[bool, bool]:
+    """(whether it parses, whether torch's enum hook would fire) for a treespec context, read
+    as torch reads it: Python's `json.loads` with a hook on every object, which imports the
+    module an `__enum__` object names as soon as that object is parsed, even if the parse
+    fails later. Another parser differs from it (NaN, integers past 64 bits, lone surrogates,
+    nesting), and a context it alone can read would hide an enum."""
+    enum = False
+
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal enum
+        enum = enum or "__enum__" in obj
+        return obj
+
+    try:
+        json.loads(context, object_hook=hook)
+    except (ValueError, RecursionError):
+        return False, enum
+    return True, enum
 
 
 def _default_factory(context: Any) -> str | None:
@@ -341,19 +366,6 @@ def _default_factory(context: Any) -> str | None:
     if module != "builtins" or name not in SAFE_DEFAULT_FACTORIES:
         return f"the defaultdict factory {module}.{name} would be imported to load"
     return None
-
-
-def _has_enum(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if "__enum__" in item:
-                return True
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 # ---------------------------------------------------------------- objects and pickles
