@@ -13,8 +13,15 @@ from app.programs.screen import BUILTIN_CONTAINERS, PYTREE_PLACEHOLDER, _treespe
 ENUM = json.dumps({"__enum__": True, "fqn": "enum:Enum", "name": "x"})
 
 
-def test_the_placeholder_is_torchs() -> None:
+def test_the_placeholder_is_torchs_and_refused_as_a_type_or_namedtuple() -> None:
     assert PYTREE_PLACEHOLDER == pytree.NO_SERIALIZED_TYPE_NAME_FOUND
+    for kind, context in (
+        (PYTREE_PLACEHOLDER, "[]"),
+        ("collections.namedtuple", PYTREE_PLACEHOLDER),
+    ):
+        problem = _treespec_node({"type": kind, "context": context, "children_spec": []}, set())
+        assert problem is not None
+        assert "placeholder" in problem
 
 
 @pytest.mark.parametrize(

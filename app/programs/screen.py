@@ -319,13 +319,13 @@ def _treespec_node(node: Any, registered: set[str]) -> str | None:
         return f"the node type {kind!r} is not a plain registered name"
     if kind == "collections.defaultdict":
         return _default_factory(context)
+    if PYTREE_PLACEHOLDER in (kind, context):
+        return f"{PYTREE_PLACEHOLDER!r} is torch's placeholder for a type without a name"
     if kind == "collections.namedtuple":
         if not isinstance(context, str) or not _DOTTED.fullmatch(context):
             return f"the namedtuple type {context!r} is not a plain registered name"
         registered.add(context)
         return None
-    if kind == PYTREE_PLACEHOLDER:
-        return f"the node type {kind!r} is torch's placeholder for a type without a name"
     if kind not in BUILTIN_CONTAINERS:
         registered.add(kind)
     if not isinstance(context, str):
