@@ -15,10 +15,12 @@ gets the quieter moments.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import math
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,13 +36,17 @@ from typing import Any
 import orjson
 
 from app import operations as ops
+from app.cli.serve import STOP_MARGIN_S
 from app.settings import Settings
 from bench.measure import reset_peak, status_kib
+from bench.progress import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = {"Content-Type": "application/json"}
 #: server and library windows taken in turn, the best of each kept
 ROUNDS = 3
+#: how long a stopping server's processes may outlive its stop time, or the supervisor
+LEFTOVER_S = 5.0
 
 
 #: A response reduced to what must equal the library's output.
@@ -94,8 +100,12 @@ class Server:
 
     host: str
     port: int
+    #: the supervisor, leading a process group of its own
     process: subprocess.Popen[bytes]
     tmp: Path
+    #: seconds the server may take to stop once asked (its graceful shutdown plus the margin
+    #: after which its HTTP processes kill themselves)
+    stop_s: float
 
     @property
     def pids(self) -> list[int]:
@@ -131,8 +141,12 @@ def start_server() -> Server:
     }
     command = [sys.executable, "-m", "app.cli", "serve"]
     with (tmp / "server.log").open("wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
-    server = Server("127.0.0.1", port, process, tmp)
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True
+        )
+    # the server reads the same environment
+    stop_s = Settings.from_env().http_graceful_shutdown_s + STOP_MARGIN_S
+    server = Server("127.0.0.1", port, process, tmp, stop_s)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -148,13 +162,37 @@ def start_server() -> Server:
 
 
 def stop_server(server: Server) -> None:
-    """SIGTERM, then SIGKILL."""
+    """SIGTERM; SIGKILL to the server's process group if it has not stopped by its stop time (a
+    SIGKILLed supervisor alone would leave its HTTP processes to end by their own watch), or if
+    any process of its tree outlives it by `LEFTOVER_S` (said on stderr: a bug)."""
+    tree = server.pids
     server.process.terminate()
     try:
-        server.process.wait(timeout=20)
+        server.process.wait(timeout=server.stop_s + LEFTOVER_S)
     except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+        progress(f"the server did not stop in {server.stop_s + LEFTOVER_S:.0f} s: killed")
+        _kill_group(server)
+        return
+    deadline = time.monotonic() + LEFTOVER_S
+    while (left := [pid for pid in tree if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        progress(f"processes of the server outlived it: {left}: killed")
+        _kill_group(server)
+
+
+def _kill_group(server: Server) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.process.pid, signal.SIGKILL)
+    server.process.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, gone but not yet waited for, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _post(server: Server, method: str, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:

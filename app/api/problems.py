@@ -135,6 +135,7 @@ register(
     worker_pool_closed="The worker pool is shutting down",
     torch_unavailable="No torch worker is available",
     service_busy="Too much work in flight and waiting: retry after Retry-After seconds",
+    server_stopping="The server stopped before this request was complete: retry it",
 )
 register(
     500,

@@ -10,6 +10,7 @@ what each HTTP process started (torch and document workers, the forkserver) ends
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import sys
@@ -23,7 +24,7 @@ from app.settings import Settings
 from app.workers import lifeline
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from app.cli.common import Subcommands
 
@@ -34,6 +35,9 @@ SUPERVISOR_ENV = "PT2SERDE_SUPERVISOR_PID"
 STOP_MARGIN_S = 10.0
 
 Handler = Callable[[int, FrameType | None], Any]
+
+#: Set once this process was asked to stop (SIGTERM or SIGINT).
+_stopping = threading.Event()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -65,7 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def http_app() -> FastAPI:
+def http_app() -> ASGIApp:
     """The service as an HTTP process of `pt2serde serve` runs it: its stop is bounded, and under
     a supervisor (several HTTP processes) it ends when the supervisor does.
 
@@ -81,7 +85,39 @@ def http_app() -> FastAPI:
         lifeline.watch_parent(supervisor, _stop_self, "pt2serde-supervisor-watch")
     from app.main import app
 
-    return app
+    return RefusedWhenStopped(app)
+
+
+class RefusedWhenStopped:
+    """The service, with each request that uvicorn cancels at the end of a graceful shutdown
+    (its body was still arriving, or its work ran past the grace) refused with 503
+    `server-stopping` and the connection closed, rather than uvicorn's plain 500."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the service; answer 503 if the request is cancelled by a stop before it answered."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if started or not _stopping.is_set():
+                raise
+            from app.api.problems import problem
+
+            refusal = problem("server-stopping", "the server stopped before this request was done")
+            refusal.headers["connection"] = "close"
+            await refusal(scope, receive, send)
 
 
 def _stop_self() -> None:
@@ -103,6 +139,7 @@ def _bound_stop(limit_s: float) -> None:
 
 def _bounded(previous: Handler, limit_s: float) -> Handler:
     def handler(signum: int, frame: FrameType | None) -> None:
+        _stopping.set()
         lifeline.kill_self_after(limit_s)
         previous(signum, frame)
 
