@@ -235,6 +235,30 @@ def _reinterpret_tensor(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
+def _print_environment(archives: dict[str, bytes], marker: Path) -> bytes:
+    """torch's print operator with a format that walks from its tensor to `os.environ`: the
+    program would print the secrets of whoever runs it."""
+    walk = "{0.__reduce_ex__.__func__.__globals__[torch].os.environ}"
+
+    def mutate(doc: Any) -> None:
+        nodes = doc["graph_module"]["graph"]["nodes"]
+        tensor = nodes[0]["inputs"][0]["arg"]
+        printing = {
+            "target": "torch.ops.higher_order.print",
+            "inputs": [
+                {"name": "", "arg": {"as_string": walk}, "kind": 1},
+                {"name": "", "arg": tensor, "kind": 1},
+            ],
+            "outputs": [{"as_none": True}],
+            "metadata": {},
+            "is_hop_single_tensor_return": False,
+            "name": "print_1",
+        }
+        nodes.insert(0, printing)
+
+    return _document(archives, "conv", mutate)
+
+
 def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
     def mutate(doc: Any) -> None:
         doc["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
@@ -306,6 +330,7 @@ HOSTILE: list[Hostile] = [
     Hostile("aotinductor-so", "archive-native-code", _native),
     Hostile("aten-from-file", "unsafe-operator", _from_file),
     Hostile("inductor-reinterpret-tensor", "unsafe-operator", _reinterpret_tensor),
+    Hostile("print-environment", "unsafe-format-string", _print_environment),
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),
     Hostile("treespec-defaultdict-factory", "unsafe-treespec", _defaultdict_factory),

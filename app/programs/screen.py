@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import string
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -93,6 +94,8 @@ def screen(
         for i, node in enumerate(graph.nodes):
             if _verdict(node.target) is not None:
                 _target(node.target, f"{path}/nodes/{i}/target", found, custom)
+            if node.target == PRINT_TARGET:
+                _print_format(node, f"{path}/nodes/{i}", found)
             for j, named in enumerate(node.inputs):
                 if type(named.arg) in _OPERATOR_CARRIERS:
                     for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
@@ -267,6 +270,52 @@ def _custom_namespace(target: str) -> str | None:
     if opset.is_builtin_namespace(namespace) or namespace in opset.TORCH_NAMESPACE_MODULES:
         return None
     return namespace if target_problem(target) is None else None
+
+
+#: torch's print operator: `print(format_str.format(*args, **kwargs))` when the program runs.
+PRINT_TARGET = "torch.ops.higher_order.print"
+
+
+def _print_format(node: schema.Node, at: str, found: FindingList) -> None:
+    """A print's format string may only place its arguments: a replacement field that reads
+    an attribute or item (`{0.__class__}`, `{0[k]}`) walks from a tensor to any object in the
+    process (`{0.__reduce_ex__.__func__.__globals__[torch].os.environ}` prints its secrets)."""
+    # torch's reading of a higher-order call: positional inputs (or unnamed ones) are args
+    positional = [
+        (j, n)
+        for j, n in enumerate(node.inputs)
+        if n.kind == schema.ArgumentKind.POSITIONAL or not n.name
+    ]
+    named = [(j, n) for j, n in enumerate(node.inputs) if n.name == "format_str"]
+    for j, named_arg in positional[:1] or named[:1]:
+        where = f"{at}/inputs/{j}/arg"
+        if not isinstance(named_arg.arg, schema.ArgumentAsString):
+            found.add("unsafe-format-string", "error", where, "print's format is not a string")
+            return
+        problem = _format_problem(named_arg.arg.as_string)
+        if problem is not None:
+            found.add("unsafe-format-string", "error", f"{where}/as_string", problem)
+
+
+def _format_problem(text: str, depth: int = 0) -> str | None:
+    """Why `text` as a `str.format` template reaches beyond its arguments, or None.
+
+    By Python's format grammar a field name is an argument name or index followed by any
+    number of `.attribute` and `[item]` accesses; a format spec may hold nested fields."""
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        return f"not a format string: {exc}"
+    for _, field, spec, _ in fields:
+        if field is None:
+            continue
+        if "." in field or "[" in field:
+            return f"the field {{{field}}} reads an attribute or item of an argument"
+        if spec and depth < 2:
+            problem = _format_problem(spec, depth + 1)
+            if problem is not None:
+                return problem
+    return None
 
 
 # ---------------------------------------------------------------- treespecs
