@@ -235,6 +235,23 @@ def _reinterpret_tensor(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
+def _inline_asm(archives: dict[str, bytes], marker: Path) -> bytes:
+    """torch's inline-assembly operator: CUDA code in the document, compiled and run."""
+
+    def mutate(doc: Any) -> None:
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        tensor = node["inputs"][0]["arg"]
+        node["target"] = "torch.ops.higher_order.inline_asm_elementwise"
+        node["inputs"] = [
+            {"name": "", "arg": tensor, "kind": 1},
+            {"name": "asm_str", "arg": {"as_string": "trap;"}, "kind": 2},
+            {"name": "constraints", "arg": {"as_string": "=r,r"}, "kind": 2},
+            {"name": "dtype", "arg": {"as_scalar_type": 7}, "kind": 2},
+        ]
+
+    return _document(archives, "conv", mutate)
+
+
 def _print_environment(archives: dict[str, bytes], marker: Path) -> bytes:
     """torch's print operator with a format that walks from its tensor to `os.environ`: the
     program would print the secrets of whoever runs it."""
@@ -330,6 +347,7 @@ HOSTILE: list[Hostile] = [
     Hostile("aotinductor-so", "archive-native-code", _native),
     Hostile("aten-from-file", "unsafe-operator", _from_file),
     Hostile("inductor-reinterpret-tensor", "unsafe-operator", _reinterpret_tensor),
+    Hostile("inline-asm", "unsafe-operator", _inline_asm),
     Hostile("print-environment", "unsafe-format-string", _print_environment),
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),

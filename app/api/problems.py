@@ -89,7 +89,7 @@ register(
     unsafe_guards_code="Guard code outside the safe grammar",
     unsafe_treespec="A pytree spec that would import or build foreign types",
     unsafe_target="A node target that torch would resolve to arbitrary Python",
-    unsafe_operator="An operator that reaches outside the graph (files, memory past storage)",
+    unsafe_operator="An operator that reaches outside the graph (files, raw memory, native code)",
     unsafe_format_string="A print format that reads attributes or items of its arguments",
     unsafe_pickle="Pickled members, which are never loaded",
     unsafe_custom_object="Custom (script) objects, which are pickles",

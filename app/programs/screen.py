@@ -33,7 +33,7 @@ UNSAFE_OPERATORS = frozenset(
 )
 #: Inductor's internal storage primitives: they build or resize a tensor over raw storage
 #: without the bounds check every other view takes (`as_strided`'s), so a program calling them
-#: reads and writes memory outside its tensors (tests/test_memory_operators.py holds each to
+#: reads and writes memory outside its tensors (tests/test_unsafe_operators.py holds each to
 #: torch's behaviour).
 UNCHECKED_MEMORY_OPERATORS = frozenset(
     {
@@ -57,6 +57,10 @@ BUILTIN_CONTAINERS = frozenset(
         "torch.Size",
     }
 )
+#: Higher-order operators whose arguments are code: inline_asm_elementwise compiles its
+#: `asm_str` (and, unescaped, its `constraints`) into a CUDA kernel and runs it, native code
+#: carried in the document (tests/test_unsafe_operators.py shows torch's kernel source).
+CODE_CARRYING_HIGHER_ORDER = frozenset({"inline_asm_elementwise"})
 #: The serialized type name torch's pytree gives every type registered without one: they all
 #: share it, so it names whichever registered last, and torch refuses to write it.
 PYTREE_PLACEHOLDER = "NO_SERIALIZED_TYPE_NAME_FOUND"
@@ -191,6 +195,8 @@ def _verdict(target: str) -> tuple[str, str] | None:
         return "unsafe-operator", f"{target} reads or writes files"
     if len(parts) == 5 and (parts[2], parts[3]) in UNCHECKED_MEMORY_OPERATORS:
         return "unsafe-operator", f"{target} reaches memory outside its tensors' storage"
+    if len(parts) == 4 and parts[2] == "higher_order" and parts[3] in CODE_CARRYING_HIGHER_ORDER:
+        return "unsafe-operator", f"{target} compiles and runs code its arguments carry"
     namespace = _custom_namespace(target)
     return None if namespace is None else ("operator-namespace-to-register", namespace)
 

@@ -1,6 +1,7 @@
-"""The operators the screen refuses for reaching memory outside their tensors' storage: each
-still does so in the pinned torch (a view past its storage, or a storage shrunk under its
-tensor, built without the check torch's own views take), and nothing else carries the name."""
+"""Registered operators the screen refuses for what they do when run, each held to the pinned
+torch: those that reach memory outside their tensors' storage (a view past its storage, or a
+storage shrunk under its tensor, built without the check torch's own views take), and the
+higher-order operators that compile code their arguments carry."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from app.programs import opset
-from app.programs.screen import UNCHECKED_MEMORY_OPERATORS
+from app.programs.screen import CODE_CARRYING_HIGHER_ORDER, UNCHECKED_MEMORY_OPERATORS
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -55,3 +56,15 @@ def test_torch_builds_a_tensor_past_its_storage(pair: tuple[str, str]) -> None:
 def test_the_set_is_what_torch_registers() -> None:
     assert set(BUILDERS) == UNCHECKED_MEMORY_OPERATORS
     assert all(opset.has_operator(*pair) for pair in UNCHECKED_MEMORY_OPERATORS)
+
+
+def test_inline_asm_compiles_the_assembly_and_constraints_it_is_given() -> None:
+    from torch._higher_order_ops.inline_asm_elementwise import _get_jiterator_fn
+
+    assert CODE_CARRYING_HIGHER_ORDER == {"inline_asm_elementwise"}
+    assert opset.is_higher_order("inline_asm_elementwise")
+    injected = 'r"(in0)); asm("trap;'
+    kernel = _get_jiterator_fn("mov.b32 $0, $1;", f"=r,{injected}", 1, torch.int32, torch.int32)
+    # the CUDA source torch would compile: the assembly, and the constraint unescaped
+    assert "mov.b32 %0, %1;" in kernel.code_string
+    assert injected in kernel.code_string
