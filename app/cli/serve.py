@@ -82,7 +82,7 @@ def http_app() -> ASGIApp:
         # uvicorn's supervisor forks from its main thread: the signal is sound there; a
         # supervisor that ended before it was asked for is seen by the watch
         lifeline.signal_on_parent_death(supervisor, signal.SIGTERM)
-        lifeline.watch_parent(supervisor, _stop_self, "pt2serde-supervisor-watch")
+        lifeline.watch_parent(supervisor, lambda: _stop_self(limit), "pt2serde-supervisor-watch")
     from app.main import app
 
     return RefusedWhenStopped(app)
@@ -120,8 +120,10 @@ class RefusedWhenStopped:
             await refusal(scope, receive, send)
 
 
-def _stop_self() -> None:
-    # uvicorn's own handler: the graceful shutdown, bounded by _bound_stop
+def _stop_self(limit_s: float) -> None:
+    # armed here too: the handler that arms it runs only when the main thread runs Python
+    lifeline.kill_self_after(limit_s)
+    # uvicorn's own handler: the graceful shutdown
     os.kill(os.getpid(), signal.SIGTERM)
 
 
