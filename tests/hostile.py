@@ -3,6 +3,7 @@ a trusting loader. Every payload tries to create a marker file; none may ever ap
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -276,6 +277,44 @@ def _print_environment(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
+def _hidden_directory(archives: dict[str, bytes], marker: Path) -> bytes:
+    """Two archives in one: the clean program's directory and end record, whose comment holds
+    a second directory and end record listing the same names with a pickle for sample inputs.
+    torch's zip reader, like Python's, takes the last end record it finds: the hidden one."""
+    import struct
+    import zipfile
+
+    from tests.archive.zipcraft import central_header, end_record, local_header, stored
+
+    def members(data: bytes) -> list[Any]:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            return [stored(name, zf.read(name)) for name in zf.namelist()]
+
+    hidden = members(with_sample_inputs(archives["conv"], evil_pickle(marker)))
+    shown = members(archives["conv"])
+    body, offsets = bytearray(), []
+    for member in hidden + shown:
+        offsets.append(len(body))
+        body += local_header(member) + member.stored
+    directory = b"".join(map(central_header, shown, offsets[len(hidden) :]))
+    hidden_at = len(body) + len(directory) + 22
+    hidden_directory = b"".join(map(central_header, hidden, offsets))
+    # one byte after the hidden end record: its comment length (0) does not reach the end
+    comment = hidden_directory + end_record(len(hidden), len(hidden_directory), hidden_at) + b"-"
+    end = struct.pack(
+        "<4sHHHHIIH",
+        b"PK\x05\x06",
+        0,
+        0,
+        len(shown),
+        len(shown),
+        len(directory),
+        len(body),
+        len(comment),
+    )
+    return bytes(body) + directory + end + comment
+
+
 def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
     def mutate(doc: Any) -> None:
         doc["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
@@ -351,6 +390,7 @@ HOSTILE: list[Hostile] = [
     Hostile("print-environment", "unsafe-format-string", _print_environment),
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),
+    Hostile("hidden-directory", "archive-ambiguous-end", _hidden_directory),
     Hostile("treespec-defaultdict-factory", "unsafe-treespec", _defaultdict_factory),
     Hostile("custom-object-input", "unsafe-custom-object", _custom_object_input),
     Hostile("guards-code-exec", "unsafe-guards-code", _guards_exec),

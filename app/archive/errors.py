@@ -9,6 +9,8 @@ CODES: dict[str, str] = {
     "archive-not-zip": "the bytes are not a zip archive",
     "archive-truncated": "the zip ends before a structure it declares",
     "archive-corrupt": "a zip structure is malformed (records, counts, offsets, extra fields)",
+    "archive-ambiguous-end": "the archive comment holds another end-of-central-directory "
+    "record, which other zip readers (torch's) would read instead",
     "archive-too-many-members": "the zip declares more members than settings.max_members",
     "archive-duplicate-name": "two members share one name",
     "archive-overlap": "two members' byte ranges overlap (or run into the central directory)",

@@ -245,6 +245,14 @@ class Directory:
                     "archive-truncated", "no complete end-of-central-directory record"
                 )
             raise ArchiveFailure("archive-not-zip", "the bytes are not a zip archive")
+        # torch's zip reader (miniz) and Python's zipfile take the last end-record signature
+        # with a record's length after it, whatever its comment length says: one hidden in our
+        # record's comment would give them another directory, and another archive, than ours.
+        if tail.find(_EOCD, found + 1, len(tail) - _EOCD_STRUCT.size + len(_EOCD)) >= 0:
+            raise ArchiveFailure(
+                "archive-ambiguous-end",
+                "the archive comment holds another end-of-central-directory record",
+            )
         eocd_at = start + found
         _, disk, cd_disk, disk_count, count, cd_size, cd_offset, _ = _EOCD_STRUCT.unpack_from(
             tail, found
