@@ -315,6 +315,26 @@ def _hidden_directory(archives: dict[str, bytes], marker: Path) -> bytes:
     return bytes(body) + directory + end + comment
 
 
+def _case_twin(archives: dict[str, bytes], marker: Path) -> bytes:
+    """A second model, "MODEL", beside "model": one name to torch's zip reader, which answers
+    a lookup of model.pt with MODEL.pt, a pickle that runs when loaded."""
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(archives["conv"])) as zf:
+        original = {name: zf.read(name) for name in zf.namelist()}
+    twins = {}
+    for name, data in original.items():
+        folder, _, base = name.rpartition("/")
+        if base.startswith("model") and "/data/weights/weight_" not in name:
+            twin = f"{folder}/MODEL{base[len('model') :]}"
+            twins[twin] = evil_pickle(marker) if name == SAMPLE_INPUTS else data
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
+        for name, data in [*twins.items(), *original.items()]:
+            target.writestr(zipfile.ZipInfo(name, FIXED_TIME), data)
+    return out.getvalue()
+
+
 def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
     def mutate(doc: Any) -> None:
         doc["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
@@ -391,6 +411,7 @@ HOSTILE: list[Hostile] = [
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),
     Hostile("hidden-directory", "archive-ambiguous-end", _hidden_directory),
+    Hostile("case-twin-model", "archive-duplicate-name", _case_twin),
     Hostile("treespec-defaultdict-factory", "unsafe-treespec", _defaultdict_factory),
     Hostile("custom-object-input", "unsafe-custom-object", _custom_object_input),
     Hostile("guards-code-exec", "unsafe-guards-code", _guards_exec),

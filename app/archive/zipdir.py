@@ -245,9 +245,8 @@ class Directory:
                     "archive-truncated", "no complete end-of-central-directory record"
                 )
             raise ArchiveFailure("archive-not-zip", "the bytes are not a zip archive")
-        # torch's zip reader (miniz) and Python's zipfile take the last end-record signature
-        # with a record's length after it, whatever its comment length says: one hidden in our
-        # record's comment would give them another directory, and another archive, than ours.
+        # torch's zip reader (miniz), like Python's, takes the last end-record signature with a
+        # record's length after it: one in our record's comment gives it another directory
         if tail.find(_EOCD, found + 1, len(tail) - _EOCD_STRUCT.size + len(_EOCD)) >= 0:
             raise ArchiveFailure(
                 "archive-ambiguous-end",
@@ -317,7 +316,7 @@ class Directory:
     def _central_directory(self, count: int, cd_offset: int, cd_size: int) -> list[_Entry]:
         data = self._src.read_at(cd_offset, cd_size)
         entries: list[_Entry] = []
-        seen: set[str] = set()
+        folded: dict[bytes, str] = {}
         pos = 0
         for index in range(count):
             if pos + _CENTRAL_STRUCT.size > len(data):
@@ -360,9 +359,10 @@ class Directory:
                 raise ArchiveFailure(
                     "archive-corrupt", f"member {show_name(name)} lives on another disk"
                 )
-            if name in seen:
-                raise ArchiveFailure("archive-duplicate-name", f"member {show_name(name)} repeats")
-            seen.add(name)
+            # torch's zip reader (miniz) looks names up with A-Z folded to a-z (bytes.lower)
+            previous = folded.setdefault(raw_name.lower(), name)
+            if previous is not name:
+                _refuse_duplicate(name, previous)
             _check_sizes(name, method, csize, usize, self.limits)
             entries.append(
                 _Entry(name, raw_name, method, flags, crc, csize, usize, offset, mode, zip64)
@@ -465,6 +465,16 @@ class Directory:
                     f"members {show_name(before.name)} (bytes {before.header_offset}-{before.end}) "
                     f"and {show_name(after.name)} (from byte {after.header_offset}) overlap",
                 )
+
+
+def _refuse_duplicate(name: str, previous: str) -> None:
+    if name == previous:
+        raise ArchiveFailure("archive-duplicate-name", f"member {show_name(name)} repeats")
+    raise ArchiveFailure(
+        "archive-duplicate-name",
+        f"members {show_name(previous)} and {show_name(name)} differ only in case, which "
+        "torch's zip reader does not tell apart",
+    )
 
 
 def _where(entry: _Entry) -> str:
