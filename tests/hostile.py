@@ -335,6 +335,22 @@ def _case_twin(archives: dict[str, bytes], marker: Path) -> bytes:
     return out.getvalue()
 
 
+def _autograd_function_import(archives: dict[str, bytes], marker: Path) -> bytes:
+    """The Python function torch writes for a custom autograd Function: run, it imports the
+    module its first argument names and calls that module's attribute's `apply`."""
+
+    def mutate(doc: Any) -> None:
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        tensor = node["inputs"][0]["arg"]
+        node["target"] = "torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch"
+        node["inputs"] = [
+            {"name": "", "arg": {"as_string": "antigravity.webbrowser"}, "kind": 1},
+            {"name": "", "arg": tensor, "kind": 1},
+        ]
+
+    return _document(archives, "conv", mutate)
+
+
 def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
     def mutate(doc: Any) -> None:
         doc["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
@@ -408,6 +424,7 @@ HOSTILE: list[Hostile] = [
     Hostile("inductor-reinterpret-tensor", "unsafe-operator", _reinterpret_tensor),
     Hostile("inline-asm", "unsafe-operator", _inline_asm),
     Hostile("print-environment", "unsafe-format-string", _print_environment),
+    Hostile("autograd-function-import", "unsafe-target", _autograd_function_import),
     Hostile("python-target", "unsafe-target", _python_target),
     Hostile("dotdot-member", "archive-bad-name", _dotdot),
     Hostile("hidden-directory", "archive-ambiguous-end", _hidden_directory),

@@ -1,7 +1,8 @@
 """Registered operators the screen refuses for what they do when run, each held to the pinned
 torch: those that reach memory outside their tensors' storage (a view past its storage, or a
 storage shrunk under its tensor, built without the check torch's own views take), and the
-higher-order operators that compile code their arguments carry."""
+higher-order operators that compile code their arguments carry, and the Python function that
+imports a module its argument names."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import pytest
 import torch
 
 from app.programs import opset
-from app.programs.screen import CODE_CARRYING_HIGHER_ORDER, UNCHECKED_MEMORY_OPERATORS
+from app.programs.screen import (
+    CODE_CARRYING_HIGHER_ORDER,
+    IMPORTING_PYTHON_TARGETS,
+    UNCHECKED_MEMORY_OPERATORS,
+    target_problem,
+)
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -68,3 +74,18 @@ def test_inline_asm_compiles_the_assembly_and_constraints_it_is_given() -> None:
     # the CUDA source torch would compile: the assembly, and the constraint unescaped
     assert "mov.b32 %0, %1;" in kernel.code_string
     assert injected in kernel.code_string
+
+
+def test_the_autograd_function_target_imports_what_its_argument_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch.export.custom_ops as custom_ops
+
+    [target] = IMPORTING_PYTHON_TARGETS
+    assert target in opset.python_targets()  # torch writes and reads it back
+    imported: list[str] = []
+    monkeypatch.setattr(custom_ops.importlib, "import_module", imported.append)
+    with pytest.raises(AttributeError):  # (our stand-in import returns None)
+        custom_ops._call_custom_autograd_function_in_pre_dispatch("any.module.Class", 1)
+    assert imported == ["any.module"]
+    assert target_problem(target) is not None

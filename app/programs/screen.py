@@ -61,6 +61,12 @@ BUILTIN_CONTAINERS = frozenset(
 #: `asm_str` (and, unescaped, its `constraints`) into a CUDA kernel and runs it, native code
 #: carried in the document (tests/test_unsafe_operators.py shows torch's kernel source).
 CODE_CARRYING_HIGHER_ORDER = frozenset({"inline_asm_elementwise"})
+#: Python functions torch writes as targets that import a module named by their arguments
+#: when the program runs (a custom autograd Function's, by "module.Class"): a document would
+#: choose what the runner imports.
+IMPORTING_PYTHON_TARGETS = frozenset(
+    {"torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch"}
+)
 #: The serialized type name torch's pytree gives every type registered without one: they all
 #: share it, so it names whichever registered last, and torch refuses to write it.
 PYTREE_PLACEHOLDER = "NO_SERIALIZED_TYPE_NAME_FOUND"
@@ -230,6 +236,8 @@ def target_problem(target: str) -> str | None:
     An unknown operator of a namespace torch registers is not a safety problem (torch's lookup
     fails); semantic validation reports it.
     """
+    if target in IMPORTING_PYTHON_TARGETS:
+        return f"{target!r} imports the module its arguments name when the program runs"
     if target in opset.python_targets() or _EXTENSION.fullmatch(target):
         return None
     parts = target.split(".")
