@@ -253,6 +253,24 @@ def _inline_asm(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
+def _unsafe_segments(archives: dict[str, bytes], marker: Path) -> bytes:
+    """segment_reduce told to skip its checks: run, it reads past its input as far as its
+    lengths say."""
+
+    def mutate(doc: Any) -> None:
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        tensor = node["inputs"][0]["arg"]
+        node["target"] = "torch.ops.aten.segment_reduce.default"
+        node["inputs"] = [
+            {"name": "data", "arg": tensor, "kind": 1},
+            {"name": "reduce", "arg": {"as_string": "sum"}, "kind": 1},
+            {"name": "lengths", "arg": tensor, "kind": 2},
+            {"name": "unsafe", "arg": {"as_bool": True}, "kind": 2},
+        ]
+
+    return _document(archives, "conv", mutate)
+
+
 def _print_environment(archives: dict[str, bytes], marker: Path) -> bytes:
     """torch's print operator with a format that walks from its tensor to `os.environ`: the
     program would print the secrets of whoever runs it."""
@@ -423,6 +441,7 @@ HOSTILE: list[Hostile] = [
     Hostile("aten-from-file", "unsafe-operator", _from_file),
     Hostile("inductor-reinterpret-tensor", "unsafe-operator", _reinterpret_tensor),
     Hostile("inline-asm", "unsafe-operator", _inline_asm),
+    Hostile("unsafe-segment-reduce", "unsafe-operator", _unsafe_segments),
     Hostile("print-environment", "unsafe-format-string", _print_environment),
     Hostile("autograd-function-import", "unsafe-target", _autograd_function_import),
     Hostile("python-target", "unsafe-target", _python_target),

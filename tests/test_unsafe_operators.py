@@ -1,21 +1,26 @@
 """Registered operators the screen refuses for what they do when run, each held to the pinned
 torch: those that reach memory outside their tensors' storage (a view past its storage, or a
 storage shrunk under its tensor, built without the check torch's own views take), and the
-higher-order operators that compile code their arguments carry, and the Python function that
-imports a module its argument names."""
+higher-order operators that compile code their arguments carry, the Python function that
+imports a module its argument names, and calls that set an operator's `unsafe` flag."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import schema
 from app.programs import opset
 from app.programs.screen import (
     CODE_CARRYING_HIGHER_ORDER,
     IMPORTING_PYTHON_TARGETS,
     UNCHECKED_MEMORY_OPERATORS,
+    UNSAFE_FLAG,
+    screen,
     target_problem,
 )
+from app.settings import Settings
+from bench.zoo import torch_json
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -89,3 +94,42 @@ def test_the_autograd_function_target_imports_what_its_argument_names(
         custom_ops._call_custom_autograd_function_in_pre_dispatch("any.module.Class", 1)
     assert imported == ["any.module"]
     assert target_problem(target) is not None
+
+
+def test_the_operators_with_an_unsafe_flag() -> None:
+    flagged = {
+        (op.namespace, op.name)
+        for op in opset.schemas()
+        if any(a.name == UNSAFE_FLAG and a.type == "bool" for a in op.arguments)
+    }
+    assert flagged == {
+        ("aten", "segment_reduce"),
+        ("aten", "_index_put_impl"),
+        ("aten", "_index_put_impl_"),
+    }
+
+
+def test_segment_reduce_unflagged_checks_and_flagged_reads_past_its_input() -> None:
+    storage = torch.arange(8.0)
+    data, lengths = storage[:4], torch.tensor([8])
+    with pytest.raises(RuntimeError, match="sum to data.size"):
+        torch.segment_reduce(data, "sum", lengths=lengths)
+    # the four elements after `data` are read (here within its storage: 0 + ... + 7)
+    assert torch.segment_reduce(data, "sum", lengths=lengths, unsafe=True).item() == 28.0
+
+
+class _Segments(torch.nn.Module):
+    def __init__(self, unsafe: bool) -> None:
+        super().__init__()
+        self.unsafe = unsafe
+
+    def forward(self, data: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.segment_reduce(data, "sum", lengths=lengths, unsafe=self.unsafe)
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_torch_writes_the_flag_and_the_screen_refuses_it_set(unsafe: bool) -> None:
+    ep = torch.export.export(_Segments(unsafe), (torch.arange(4.0), torch.tensor([4])))
+    doc = schema.ExportedProgram.model_validate_json(torch_json(ep))
+    errors = [f for f in screen(doc, Settings().limits) if f.severity == "error"]
+    assert [f.code for f in errors] == (["unsafe-operator"] if unsafe else [])

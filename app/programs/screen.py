@@ -106,6 +106,7 @@ def screen(
                 _target(node.target, f"{path}/nodes/{i}/target", found, custom)
             if node.target == PRINT_TARGET:
                 _print_format(node, f"{path}/nodes/{i}", found)
+            _unchecked_call(node, f"{path}/nodes/{i}", found)
             for j, named in enumerate(node.inputs):
                 if type(named.arg) in _OPERATOR_CARRIERS:
                     for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
@@ -284,6 +285,32 @@ def _custom_namespace(target: str) -> str | None:
     if opset.is_builtin_namespace(namespace) or namespace in opset.TORCH_NAMESPACE_MODULES:
         return None
     return namespace if target_problem(target) is None else None
+
+
+#: The argument by which an operator's schema offers to skip its own checks (`bool unsafe`:
+#: segment_reduce then reads past its input, as far as its lengths say).
+UNSAFE_FLAG = "unsafe"
+
+
+def _unchecked_call(node: schema.Node, at: str, found: FindingList) -> None:
+    """Refuse a call that sets its operator's `unsafe` flag to anything but false."""
+    for j, named in enumerate(node.inputs):
+        if named.name != UNSAFE_FLAG or not _declares_unsafe_flag(node.target):
+            continue
+        if not (isinstance(named.arg, schema.ArgumentAsBool) and not named.arg.as_bool):
+            found.add(
+                "unsafe-operator",
+                "error",
+                f"{at}/inputs/{j}/arg",
+                f"{node.target} with {UNSAFE_FLAG}=true skips torch's checks of its inputs",
+            )
+
+
+@functools.lru_cache(maxsize=1024)
+def _declares_unsafe_flag(target: str) -> bool:
+    parts = target.split(".")
+    op = opset.lookup(*parts[2:]) if len(parts) == 5 and parts[:2] == ["torch", "ops"] else None
+    return op is not None and any(a.name == UNSAFE_FLAG and a.type == "bool" for a in op.arguments)
 
 
 #: torch's print operator: `print(format_str.format(*args, **kwargs))` when the program runs.
