@@ -73,7 +73,9 @@ def check_torch_save(data: bytes, limits: InputLimits) -> list[str]:
     Only the zip format (torch.save's default since 1.6) is proven; torch.load reads a legacy
     file through several pickles, which we refuse.
     """
-    if not data.startswith(b"PK"):
+    # torch.load takes a file for a zip only when it starts with a local header (_is_zipfile);
+    # any other start is read as the legacy format, which it unpickles from the first byte
+    if not data.startswith(b"PK\x03\x04"):
         return ["not a torch.save zip (the legacy format is not proven)"]
     try:
         with ZipReader(data, limits) as inner:
