@@ -219,56 +219,64 @@ def _from_file(archives: dict[str, bytes], marker: Path) -> bytes:
     return _document(archives, "conv", mutate)
 
 
-def _reinterpret_tensor(archives: dict[str, bytes], marker: Path) -> bytes:
-    """A view 4 KiB past its input's storage, which inductor's primitive builds unchecked."""
+def _first_node_calls(
+    target: str, inputs: Callable[[Any], list[dict[str, Any]]]
+) -> Callable[[dict[str, bytes], Path], bytes]:
+    """A builder of the conv program whose first node calls `target` with the inputs made
+    from that node's first input."""
 
-    def mutate(doc: Any) -> None:
-        node = doc["graph_module"]["graph"]["nodes"][0]
-        tensor = node["inputs"][0]["arg"]
-        node["target"] = "torch.ops.inductor._reinterpret_tensor.default"
-        node["inputs"] = [
-            {"name": "self", "arg": tensor, "kind": 1},
-            {"name": "size", "arg": {"as_ints": [1024]}, "kind": 1},
-            {"name": "stride", "arg": {"as_ints": [1]}, "kind": 1},
-            {"name": "offset_increment", "arg": {"as_int": 1024}, "kind": 1},
-        ]
+    def build(archives: dict[str, bytes], marker: Path) -> bytes:
+        def mutate(doc: Any) -> None:
+            node = doc["graph_module"]["graph"]["nodes"][0]
+            node["target"] = target
+            node["inputs"] = inputs(node["inputs"][0]["arg"])
 
-    return _document(archives, "conv", mutate)
+        return _document(archives, "conv", mutate)
 
-
-def _inline_asm(archives: dict[str, bytes], marker: Path) -> bytes:
-    """torch's inline-assembly operator: CUDA code in the document, compiled and run."""
-
-    def mutate(doc: Any) -> None:
-        node = doc["graph_module"]["graph"]["nodes"][0]
-        tensor = node["inputs"][0]["arg"]
-        node["target"] = "torch.ops.higher_order.inline_asm_elementwise"
-        node["inputs"] = [
-            {"name": "", "arg": tensor, "kind": 1},
-            {"name": "asm_str", "arg": {"as_string": "trap;"}, "kind": 2},
-            {"name": "constraints", "arg": {"as_string": "=r,r"}, "kind": 2},
-            {"name": "dtype", "arg": {"as_scalar_type": 7}, "kind": 2},
-        ]
-
-    return _document(archives, "conv", mutate)
+    return build
 
 
-def _unsafe_segments(archives: dict[str, bytes], marker: Path) -> bytes:
-    """segment_reduce told to skip its checks: run, it reads past its input as far as its
-    lengths say."""
+def _arg(name: str, arg: Any, kind: int = 1) -> dict[str, Any]:
+    return {"name": name, "arg": arg, "kind": kind}
 
-    def mutate(doc: Any) -> None:
-        node = doc["graph_module"]["graph"]["nodes"][0]
-        tensor = node["inputs"][0]["arg"]
-        node["target"] = "torch.ops.aten.segment_reduce.default"
-        node["inputs"] = [
-            {"name": "data", "arg": tensor, "kind": 1},
-            {"name": "reduce", "arg": {"as_string": "sum"}, "kind": 1},
-            {"name": "lengths", "arg": tensor, "kind": 2},
-            {"name": "unsafe", "arg": {"as_bool": True}, "kind": 2},
-        ]
 
-    return _document(archives, "conv", mutate)
+#: A view 4 KiB past its input's storage, which inductor's primitive builds unchecked.
+_reinterpret_tensor = _first_node_calls(
+    "torch.ops.inductor._reinterpret_tensor.default",
+    lambda tensor: [
+        _arg("self", tensor),
+        _arg("size", {"as_ints": [1024]}),
+        _arg("stride", {"as_ints": [1]}),
+        _arg("offset_increment", {"as_int": 1024}),
+    ],
+)
+#: torch's inline-assembly operator: CUDA code in the document, compiled and run.
+_inline_asm = _first_node_calls(
+    "torch.ops.higher_order.inline_asm_elementwise",
+    lambda tensor: [
+        _arg("", tensor),
+        _arg("asm_str", {"as_string": "trap;"}, 2),
+        _arg("constraints", {"as_string": "=r,r"}, 2),
+        _arg("dtype", {"as_scalar_type": 7}, 2),
+    ],
+)
+#: segment_reduce told to skip its checks: run, it reads past its input as far as its lengths
+#: say.
+_unsafe_segments = _first_node_calls(
+    "torch.ops.aten.segment_reduce.default",
+    lambda tensor: [
+        _arg("data", tensor),
+        _arg("reduce", {"as_string": "sum"}),
+        _arg("lengths", tensor, 2),
+        _arg("unsafe", {"as_bool": True}, 2),
+    ],
+)
+#: The Python function torch writes for a custom autograd Function: run, it imports the module
+#: its first argument names and calls that module's attribute's `apply`.
+_autograd_function_import = _first_node_calls(
+    "torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch",
+    lambda tensor: [_arg("", {"as_string": "antigravity.webbrowser"}), _arg("", tensor)],
+)
 
 
 def _print_environment(archives: dict[str, bytes], marker: Path) -> bytes:
@@ -351,22 +359,6 @@ def _case_twin(archives: dict[str, bytes], marker: Path) -> bytes:
         for name, data in [*twins.items(), *original.items()]:
             target.writestr(zipfile.ZipInfo(name, FIXED_TIME), data)
     return out.getvalue()
-
-
-def _autograd_function_import(archives: dict[str, bytes], marker: Path) -> bytes:
-    """The Python function torch writes for a custom autograd Function: run, it imports the
-    module its first argument names and calls that module's attribute's `apply`."""
-
-    def mutate(doc: Any) -> None:
-        node = doc["graph_module"]["graph"]["nodes"][0]
-        tensor = node["inputs"][0]["arg"]
-        node["target"] = "torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch"
-        node["inputs"] = [
-            {"name": "", "arg": {"as_string": "antigravity.webbrowser"}, "kind": 1},
-            {"name": "", "arg": tensor, "kind": 1},
-        ]
-
-    return _document(archives, "conv", mutate)
 
 
 def _python_target(archives: dict[str, bytes], marker: Path) -> bytes:
