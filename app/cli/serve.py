@@ -10,7 +10,6 @@ what each HTTP process started (torch and document workers, the forkserver) ends
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import sys
@@ -24,7 +23,7 @@ from app.settings import Settings
 from app.workers import lifeline
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import ASGIApp
 
     from app.cli.common import Subcommands
 
@@ -83,41 +82,10 @@ def http_app() -> ASGIApp:
         # supervisor that ended before it was asked for is seen by the watch
         lifeline.signal_on_parent_death(supervisor, signal.SIGTERM)
         lifeline.watch_parent(supervisor, lambda: _stop_self(limit), "pt2serde-supervisor-watch")
+    from app.api.stopping import RefusedWhenStopped
     from app.main import app
 
-    return RefusedWhenStopped(app)
-
-
-class RefusedWhenStopped:
-    """The service, with each request that uvicorn cancels at the end of a graceful shutdown
-    (its body was still arriving, or its work ran past the grace) refused with 503
-    `server-stopping` and the connection closed, rather than uvicorn's plain 500."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the service; answer 503 if the request is cancelled by a stop before it answered."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        except asyncio.CancelledError:
-            if started or not _stopping.is_set():
-                raise
-            from app.api.problems import problem
-
-            refusal = problem("server-stopping", "the server stopped before this request was done")
-            refusal.headers["connection"] = "close"
-            await refusal(scope, receive, send)
+    return RefusedWhenStopped(app, _stopping)
 
 
 def _stop_self(limit_s: float) -> None:
