@@ -32,7 +32,7 @@ from app.programs.expr_grammar import (
     MAX_DIGITS,
     MAX_EXPONENT,
     MAX_LENGTH,
-    MAX_MINMAX_ARGUMENTS,
+    MAX_MINMAX_PAIRS,
     MAX_OPERANDS,
     MAX_PRECISION,
     MINMAX,
@@ -79,6 +79,9 @@ class _Value:
     #: the accumulated power the operand may raise a number to
     size: int = 1
     text: str = ""
+    #: "Max" or "Min" for such a call, and how many arguments sympy's flattened call has
+    lattice: str = ""
+    spread: int = 0
 
 
 _PLAIN = _Value()
@@ -133,7 +136,7 @@ class _Parser:
         self.tokens: list[_Token] = []
         self.i = 0
         self.depth = 0
-        self.minmax_arguments = 0
+        self.minmax_pairs = 0
         self.symbols: set[str] = set()
 
     def run(self) -> Checked:
@@ -142,9 +145,9 @@ class _Parser:
         if not self.text.strip(" "):
             raise self._refuse("empty", 0)
         self.tokens = list(self._tokenize())
-        operands = sum(1 for t in self.tokens if t.kind in ("num", "name"))
-        if operands > MAX_OPERANDS:
-            raise self._refuse(f"more than {MAX_OPERANDS} operands", 0)
+        operands = {t.text for t in self.tokens if t.kind in ("num", "name")}
+        if len(operands) > MAX_OPERANDS:
+            raise self._refuse(f"more than {MAX_OPERANDS} distinct operands", 0)
         value = self._guard() if self.mode == "guard" else self._comparison()
         if self._peek().kind != "end":
             raise self._refuse(f"unexpected {self._peek().text!r}", self._peek().pos)
@@ -261,11 +264,16 @@ class _Parser:
 
     def _binary(self, min_precedence: int) -> _Value:
         left = self._unary()
+        chained, chain = 0, 1
         while True:
             token = self._peek()
             precedence = BINARY.get(token.text) if token.kind == "op" else None
             if precedence is None or precedence < min_precedence:
                 return left
+            chain = chain + 1 if precedence == chained else 2
+            if chain > MAX_ARGUMENTS:
+                raise self._refuse(f"a chain of more than {MAX_ARGUMENTS} operands", token.pos)
+            chained = precedence
             self._next()
             right = self._binary(precedence + 1)
             left = self._combine(left, right, token)
@@ -409,13 +417,6 @@ class _Parser:
         name = token.text
         if len(args) > MAX_ARGUMENTS:
             raise self._refuse(f"a call with more than {MAX_ARGUMENTS} arguments", token.pos)
-        if name in MINMAX:
-            self.minmax_arguments += len(args)
-            if self.minmax_arguments > MAX_MINMAX_ARGUMENTS:
-                raise self._refuse(
-                    f"more than {MAX_MINMAX_ARGUMENTS} arguments to Max and Min together",
-                    token.pos,
-                )
         if name == "Symbol":
             return self._symbol(token, args, keywords)
         if name == "Float":
@@ -424,6 +425,8 @@ class _Parser:
             raise self._refuse(f"keyword arguments to {name}", token.pos)
         for arg in args:
             self._operand(arg, token)
+        if name in MINMAX:
+            return self._lattice(token, args)
         if name == "Integer":
             if len(args) != 1 or args[0].number is None or args[0].number.denominator != 1:
                 raise self._refuse("Integer takes one integer literal", token.pos)
@@ -438,6 +441,18 @@ class _Parser:
                 raise self._refuse(f"{name} takes two arguments", token.pos)
             return self._raise(args[0], args[1], token)
         return _Value(size=max((a.size for a in args), default=1))
+
+    def _lattice(self, token: _Token, args: list[_Value]) -> _Value:
+        """A Max or Min call: sympy compares the arguments of its flattened call pairwise."""
+        spread = sum(a.spread if a.lattice == token.text else 1 for a in args)
+        self.minmax_pairs += spread * (spread - 1) // 2
+        if self.minmax_pairs > MAX_MINMAX_PAIRS:
+            raise self._refuse(
+                f"more than {MAX_MINMAX_PAIRS} pairs of Max and Min arguments to compare",
+                token.pos,
+            )
+        size = max((a.size for a in args), default=1)
+        return _Value(size=size, lattice=token.text, spread=spread)
 
     def _symbol(self, token: _Token, args: list[_Value], keywords: dict[str, _Value]) -> _Value:
         if len(args) != 1 or args[0].kind != "str" or not is_symbol_name(args[0].text):

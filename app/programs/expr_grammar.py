@@ -16,13 +16,20 @@ MAX_DIGITS = 40
 MAX_EXPONENT = 64
 #: Largest binary precision of a sympy Float.
 MAX_PRECISION = 1024
-#: Most operands (names and numbers) in one text: sympy's work grows faster than their number.
+#: Most distinct operands (names and numbers) in one text. Distinct, not in all: torch writes
+#: sizes in sympy's srepr form, which repeats whole subterms (a Swin-style window padding
+#: repeats one symbol 100 times in 11 KB, which sympy reads in 0.3 s). Repeats cost sympy time
+#: in proportion to the text, which MAX_LENGTH bounds; the number of distinct terms it must
+#: combine, and the length of each chain below, is what makes its work grow faster than that.
 MAX_OPERANDS = 256
-#: Most arguments of one call.
+#: Most arguments of one call, and most operands of one chain of binary operators at one
+#: precedence (`a + b - c + ...`), which sympy flattens into one Add or Mul as if a call's.
 MAX_ARGUMENTS = 64
-#: Most arguments of all Max and Min calls of one text together: sympy flattens nested ones and
-#: compares their arguments pairwise (64 symbols took 2.8 s, 2500 pinned a worker for minutes).
-MAX_MINMAX_ARGUMENTS = 32
+#: Most pairs of arguments sympy compares in the Max and Min calls of one text together: it
+#: flattens directly nested calls of the same kind and compares their arguments pairwise (one
+#: Max of 64 symbols took 2.8 s, of 2500 pinned a worker for minutes, while torch writes many
+#: Min calls of two arguments each). The bound is one Max of 32 arguments.
+MAX_MINMAX_PAIRS = 32 * 31 // 2
 MINMAX = frozenset({"Max", "Min"})
 
 Mode = Literal["expression", "guard"]
