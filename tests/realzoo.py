@@ -1,12 +1,15 @@
 """A zoo of real programs exported in the test session: tiny Hugging Face models built from
 configs (random weights, no hub access) and the torch features real programs carry (bit ops,
-pt2e-style quantization, Dim.AUTO, control flow, a custom op, user pytree types)."""
+pt2e-style quantization, Dim.AUTO, control flow and loop operators, custom ops, one that
+mutates its inputs, unbacked sizes, grad and autocast regions, complex and float8 dtypes, strict
+export, user pytree types, Swin-style nested sizes)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -14,13 +17,18 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed ops)
+import torch.nn.functional as F
 from torch import nn
+from torch._higher_order_ops.associative_scan import associative_scan
+from torch._higher_order_ops.map import map as hop_map
+from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
 from bench.hf_programs import build_model
 from bench.zoo import ZooProgram, outputs_close
+from bench.zoo import _run_decompositions as run_decompositions
 from tests.realzoo_ops import register_real_ops
 
 #: modules a torch worker must import for the zoo's operator namespaces with kernels: our custom
@@ -287,6 +295,87 @@ def _vit() -> RealProgram:
     return _export("vit", model, kwargs={"pixel_values": torch.randn(BATCH, 3, 16, 16)})
 
 
+def _bloom() -> RealProgram:
+    tf = _transformers()
+    config = tf.BloomConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS, pad_token_id=0
+    )
+    config.use_cache = False
+    model = tf.BloomForCausalLM(config).eval()
+    return _export("bloom", model, kwargs=_masked_inputs(BATCH, SEQ))
+
+
+def _deberta_v2() -> RealProgram:
+    tf = _transformers()
+    config = tf.DebertaV2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        max_position_embeddings=POSITIONS,
+        pad_token_id=0,
+        # disentangled attention: relative positions, log buckets, content-to-position terms
+        relative_attention=True,
+        position_buckets=8,
+        max_relative_positions=16,
+        pos_att_type=["p2c", "c2p"],
+    )
+    model = tf.DebertaV2Model(config).eval()
+    return _export("deberta_v2", model, kwargs=_masked_inputs(BATCH, SEQ))
+
+
+def _whisper_encoder() -> RealProgram:
+    tf = _transformers()
+    config = tf.WhisperConfig(
+        vocab_size=VOCAB,
+        d_model=HIDDEN,
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=FFN,
+        decoder_ffn_dim=FFN,
+        num_mel_bins=8,
+        max_source_positions=16,
+        max_target_positions=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        use_cache=False,
+    )
+    encoder = tf.WhisperModel(config).eval().get_encoder()
+    return _export("whisper_encoder", encoder, kwargs={"input_features": torch.randn(BATCH, 8, 32)})
+
+
+def _wav2vec2() -> RealProgram:
+    tf = _transformers()
+    config = tf.Wav2Vec2Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        conv_dim=(8, 8),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=4,
+        num_conv_pos_embedding_groups=2,
+    )
+    model = tf.Wav2Vec2Model(config).eval()
+    return _export("wav2vec2", model, kwargs={"input_values": torch.randn(BATCH, 400)})
+
+
+def _swin() -> RealProgram:
+    tf = _transformers()
+    config = tf.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=4
+    )
+    model = tf.SwinModel(config).eval()
+    return _export("swin", model, kwargs={"pixel_values": torch.randn(BATCH, 3, 32, 32)})
+
+
 # ---------------------------------------------------------------- torch features
 
 
@@ -494,6 +583,214 @@ def _dataclass_io() -> RealProgram:
     return _export("dataclass_io", DataclassNet(), (box, pair))
 
 
+class LoopsNet(nn.Module):
+    """The loop operators besides while_loop: map over rows (map_impl), scan with a carry, and
+    an associative scan (which export lowers to torch's predispatch vmap functions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, rows: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mapped = hop_map(lambda row, b: row.sin() + b, rows, bias)
+
+        def step(carry: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            carry = carry * self.gain + row
+            return carry, carry.cos()
+
+        last, history = scan(step, torch.zeros_like(bias), rows)
+        running = associative_scan(lambda a, b: a + b, rows, dim=0, combine_mode="generic")
+        return mapped, last, history, running
+
+
+def _loops() -> RealProgram:
+    # Tracing scan imports torch._inductor's passes, whose torch.utils.mkldnn warns on import
+    # that torch.jit.script_method is deprecated: torch's own warning, not the program's.
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", "`torch.jit.script_method` is deprecated", DeprecationWarning
+        )
+        return _export("loops", LoopsNet(), (torch.randn(5, 3), torch.randn(3)))
+
+
+class UnbackedNet(nn.Module):
+    """Sizes only known at run time: nonzero, masked selection, and .item() bounded by
+    torch._check."""
+
+    def forward(self, x: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        where = torch.nonzero(x > 0)
+        k = count.item()
+        torch._check(k >= 1)
+        torch._check(k <= x.shape[0])
+        return where, x[x < 0], x[:k].sum() + where.shape[0], torch.ones(k)
+
+
+def _unbacked() -> RealProgram:
+    args = (torch.tensor([0.5, -1.0, 2.0, -3.0, 0.0, 4.0]), torch.tensor(3))
+    more = ((torch.tensor([-0.5, 1.0, -2.0, 3.0, 5.0, 6.0]), torch.tensor(5)), {})
+    return _export("unbacked", UnbackedNet(), args, more=(more,))
+
+
+class MutationNet(nn.Module):
+    """Writes to state: a custom op mutating an input and a buffer (auto_functionalized_v2),
+    BatchNorm's running statistics in train mode, and an in-place step counter."""
+
+    count: torch.Tensor
+    steps: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, total: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        doubled = torch.ops.pt2real.accumulate(total, self.count, x)
+        self.steps += 1
+        return self.norm(doubled) * self.steps, total + self.count
+
+
+def _mutation() -> RealProgram:
+    register_real_ops()
+    program = _export("mutation", MutationNet().train(), (torch.randn(3, 4), torch.randn(3, 4)))
+    # the functional form run_decompositions() writes: the op inside auto_functionalized_v2
+    return dataclasses.replace(program, ep=run_decompositions(program.ep))
+
+
+class RegionsNet(nn.Module):
+    """Grad-mode and autocast regions (wrap_with_set_grad_enabled, wrap_with_autocast)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            frozen = self.proj(x).relu()
+        with torch.enable_grad():
+            tracked = self.proj(x) * 2
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = self.proj(x)
+        return frozen, tracked, low.float()
+
+
+def _regions() -> RealProgram:
+    return _export("regions", RegionsNet(), (torch.randn(2, 4),))
+
+
+class DtypesNet(nn.Module):
+    """complex, float8, bfloat16, half and unsigned dtypes in inputs, buffers and outputs."""
+
+    spectrum: torch.Tensor
+    w8: torch.Tensor
+    w5: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("spectrum", torch.randn(4, dtype=torch.complex64))
+        self.register_buffer("w8", torch.randn(4, 4).to(torch.float8_e4m3fn))
+        self.register_buffer("w5", torch.randn(4).to(torch.float8_e5m2))
+
+    def forward(
+        self,
+        pairs: torch.Tensor,
+        z: torch.Tensor,
+        f8: torch.Tensor,
+        u16: torch.Tensor,
+        u32: torch.Tensor,
+        u64: torch.Tensor,
+        bf: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        spectrum = torch.fft.fft(torch.view_as_complex(pairs)) * self.spectrum
+        mixed = pairs[:, 0] @ self.w8.float() + self.w5.float() + f8.float()
+        widened = u16.to(torch.int32) + u32.to(torch.int32) + u64.to(torch.int32)
+        return (
+            torch.view_as_real(spectrum),
+            z.conj() * (1 + 2j),
+            mixed.to(torch.float8_e4m3fn).to(torch.bfloat16),
+            mixed.half(),
+            widened,
+            bf * 2,
+        )
+
+
+def _dtypes() -> RealProgram:
+    ints = torch.tensor([1, 2, 3, 4])
+    args = (
+        torch.randn(4, 2),
+        torch.randn(4, dtype=torch.complex128),
+        torch.randn(4).to(torch.float8_e5m2),
+        ints.to(torch.uint16),
+        ints.to(torch.uint32),
+        ints.to(torch.uint64),
+        torch.randn(4, dtype=torch.bfloat16),
+    )
+    return _export("dtypes", DtypesNet(), args)
+
+
+class Inner(nn.Module):
+    """A submodule whose call signature the export preserves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.proj(x) * scale, x.sum()
+
+
+class OuterNet(nn.Module):
+    """Calls Inner, exported with strict=True (TorchDynamo) and Inner's signature preserved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features, total = self.inner(x, 2.0)
+        return self.head(features) + total
+
+
+def _strict_preserved() -> RealProgram:
+    args = (torch.randn(2, 3),)
+    ep = torch.export.export(
+        OuterNet(), args, strict=True, preserve_module_call_signature=("inner",)
+    )
+    return RealProgram(name="strict_preserved", ep=ep, args=args)
+
+
+class WindowsNet(nn.Module):
+    """Swin-style stages over a dynamic length: pad to a multiple of the window, attend within
+    windows, trim, merge pairs, and cut both inputs to the shorter one. Each stage nests the
+    last one's size, so sizes become long sympy expressions with repeated subterms and many
+    two-argument Min calls, as real Swin exports write."""
+
+    def __init__(self, stages: int = 3, window: int = 4) -> None:
+        super().__init__()
+        self.stages = stages
+        self.window = window
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.window
+        for _ in range(self.stages):
+            n, width = x.shape
+            x = F.pad(x, (0, 0, 0, (w - n % w) % w))
+            x = x.view(-1, w, width).softmax(dim=1).reshape(-1, width)[:n]
+            x = F.pad(x, (0, 0, 0, n % 2))
+            x = x[0::2] + x[1::2]
+            k = min(x.shape[0], y.shape[0])
+            x, y = x[:k] + y[:k], y[:k] * 2
+        return x, y
+
+
+def _windows() -> RealProgram:
+    args = (torch.randn(37, 3), torch.randn(29, 3))
+    more = ((torch.randn(50, 3), torch.randn(9, 3)), {})
+    shapes = ({0: Dim.AUTO}, {0: Dim.AUTO})
+    return _export("windows", WindowsNet(), args, more=(more,), dynamic_shapes=shapes)
+
+
 def _hf(name: str, config: str, model: str, **extra: Any) -> Callable[[], RealProgram]:
     return functools.partial(_causal_lm, name, config, model, **extra)
 
@@ -514,8 +811,14 @@ _BUILDERS: dict[str, Callable[[], RealProgram]] = {
     # encoder-decoder
     "t5_encoder": _t5_encoder,
     "bart": _bart,
+    "deberta_v2": _deberta_v2,
+    "bloom": _bloom,
+    # audio
+    "whisper_encoder": _whisper_encoder,
+    "wav2vec2": _wav2vec2,
     # vision
     "vit": _vit,
+    "swin": _swin,
     # torch features
     "bit_ops": _bit_ops,
     "quantized": _quantized,
@@ -526,6 +829,13 @@ _BUILDERS: dict[str, Callable[[], RealProgram]] = {
     "custom_op": _custom_op,
     "namedtuple_io": _namedtuple_io,
     "dataclass_io": _dataclass_io,
+    "loops": _loops,
+    "unbacked": _unbacked,
+    "mutation": _mutation,
+    "regions": _regions,
+    "dtypes": _dtypes,
+    "strict_preserved": _strict_preserved,
+    "windows": _windows,
 }
 
 REAL_PROGRAM_NAMES: tuple[str, ...] = tuple(_BUILDERS)

@@ -13,7 +13,7 @@ QUALNAME = f"{NAMESPACE}::scaled_split"
 
 
 def register_real_ops() -> None:
-    """Register pt2real::scaled_split (idempotent)."""
+    """Register pt2real::scaled_split and pt2real::accumulate (idempotent)."""
     if hasattr(torch.ops.pt2real, "scaled_split"):
         return
 
@@ -33,6 +33,18 @@ def register_real_ops() -> None:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         head, tail = torch.split(x, sizes, dim=-1)
         return torch.empty_like(head), torch.empty_like(tail)
+
+    # An operator that writes into two of its inputs: export wraps its calls in
+    # auto_functionalized_v2 and copies the results back into the mutated inputs and buffers.
+    @torch.library.custom_op(f"{NAMESPACE}::accumulate", mutates_args=("total", "count"))
+    def accumulate(total: torch.Tensor, count: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        total.add_(x)
+        count.add_(1)
+        return x * 2
+
+    @accumulate.register_fake
+    def _(total: torch.Tensor, count: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
 
 
 register_real_ops()

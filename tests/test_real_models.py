@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -20,10 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
 import schema
 from app import operations as ops
+from app.programs.expr_grammar import MAX_OPERANDS, TOKEN
 from app.programs.findings import Level, Report
 from app.settings import Settings
 from app.workers.torch import TorchPool
@@ -103,7 +106,10 @@ def _check_loaded(path: Path, program: RealProgram) -> None:
             assert mine[fqn].dtype == tensor.dtype, fqn
             assert torch.equal(mine[fqn], tensor), fqn
     for args, kwargs in program.every_input():
-        assert same_outputs(loaded.module()(*args, **kwargs), program.run_on(args, kwargs))
+        # each run gets its own copies: some programs write to their inputs
+        ours = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
+        theirs = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
+        assert same_outputs(loaded.module()(*ours[0], **ours[1]), program.run_on(*theirs))
 
 
 # ---------------------------------------------------------------- the zoo is what it claims
@@ -134,10 +140,30 @@ def test_zoo_has_the_programs_the_issue_names(
         "quantized_decomposed.choose_qparams.tensor",
         "pt2real.scaled_split.default",
     } <= targets
-    assert {"cond", "while_loop"} <= {t.rsplit(".", 1)[-1] for t in targets}
+    assert {
+        "cond",
+        "while_loop",
+        "map_impl",
+        "scan",
+        "auto_functionalized_v2",
+        "wrap_with_set_grad_enabled",
+        "wrap_with_autocast",
+    } <= {t.rsplit(".", 1)[-1] for t in targets}
+    assert b"pt2real.accumulate.default" in real_json["mutation"]
+    assert b"torch._functorch.predispatch._add_batch_dim" in real_json["loops"]
     assert "aten.__and__.Tensor" in _targets(real_zoo["gpt2"])
     assert b"tests.realzoo.Pair" in real_json["namedtuple_io"]
     assert b"tests.realzoo.Box" in real_json["dataclass_io"]
+
+
+def test_swin_style_sizes_are_long(real_json: dict[str, bytes]) -> None:
+    # Sizes nested stage after stage repeat whole subterms in sympy's srepr form: more operand
+    # tokens than the expression checker allows distinct operands, which it must still accept.
+    texts = re.findall(rb'"expr_str": "([^"]+)"', real_json["windows"])
+    longest = max(texts, key=len).decode()
+    operands = [m for m in TOKEN.finditer(longest) if m.lastgroup in ("num", "name")]
+    assert len(operands) > MAX_OPERANDS
+    assert longest.count("Min(") > 8
 
 
 def test_dynamic_programs_keep_their_ranges(real_zoo: dict[str, RealProgram]) -> None:
