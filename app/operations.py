@@ -11,7 +11,7 @@ import io
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import IO, Literal, Protocol
@@ -519,6 +519,18 @@ def weights_from(
     return TensorSource(archive=source.origin, names=names, limits=archive.reader.limits)
 
 
+def with_sample_inputs(
+    tensors: TensorSource, source: Source, settings: Settings, model: str | None = None
+) -> TensorSource:
+    """`tensors` taken from the source's own archive, with the model's sample inputs to write
+    beside them when the pickle machine proves them: torch.export.load's module checks the
+    program's guards only when the program has example inputs."""
+    if source.archive is None or tensors.archive is None or tensors.archive is not source.origin:
+        return tensors
+    member = sample_inputs(source, settings).proven.get(source.model(model))
+    return replace(tensors, sample_inputs=member)
+
+
 def deserialize_to(
     document: Source,
     weights: TensorSource,
@@ -528,8 +540,10 @@ def deserialize_to(
     model: str | None = None,
 ) -> None:
     """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from the
-    document and the weights; the worker reads the weights and writes the file itself."""
+    document and the weights (with the document's proven sample inputs, when the weights are its
+    archive's); the worker reads the weights and writes the file itself."""
     doc = buildable(document, weights, settings, model)
+    weights = with_sample_inputs(weights, document, settings, model)
     runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)
 
 

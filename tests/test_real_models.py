@@ -246,7 +246,27 @@ def test_deserialize_loads_and_runs(
     with ops.open_source(real_archives[name], "zip", SETTINGS) as source:
         weights = ops.weights_from(None, source, None)
         ops.deserialize_to(source, weights, SETTINGS, real_pool, target)
+        proven = ops.sample_inputs(source, SETTINGS).proven
     _check_loaded(target, real_zoo[name])
+    # proven sample inputs are written, so the loaded module checks the program's guards
+    loaded = torch.export.load(target)
+    assert (loaded.example_inputs is not None) == bool(proven)
+    assert hasattr(loaded.module(), "_guards_fn") == bool(proven)
+
+
+def test_deserialized_programs_check_the_guards_torchs_own_load_checks(
+    real_archives: dict[str, Path], real_pool: TorchPool, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.pt2"
+    with ops.open_source(real_archives["dim_auto"], "zip", SETTINGS) as source:
+        ops.deserialize_to(
+            source, ops.weights_from(None, source, None), SETTINGS, real_pool, target
+        )
+    # the export's guard x.size()[1] == y.size()[0], broken
+    mismatched = (torch.randn(3, 4), torch.randn(5, 6))
+    for path in (real_archives["dim_auto"], target):
+        with pytest.raises(AssertionError, match="Guard failed"):
+            torch.export.load(path).module()(*mismatched)
 
 
 # ---------------------------------------------------------------- through the command

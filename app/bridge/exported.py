@@ -21,6 +21,7 @@ from torch.export import ExportedProgram
 
 import schema
 from app import files
+from app.archive.pt2 import SAMPLE_INPUTS
 from app.archive.raw import RawTensor, StreamedTensor, TensorKind
 from app.archive.tensors import dtype_name
 from app.archive.writer import Sink, write_archive
@@ -168,11 +169,19 @@ def write_built(
     doc: schema.ExportedProgram,
     tensors: Mapping[str, RawTensor | StreamedTensor],
     target: Path | Sink,
+    sample_inputs: bytes | None = None,
 ) -> None:
-    """Write the .pt2 of the program torch builds from `doc` and `tensors` (see `write_pt2`):
-    it depends on nothing torch makes, so it may be written while torch builds, and kept only
-    once it has (streamed tensors are checked against their source's CRC as they pass)."""
-    write_archive(target, {"model": saved_document(doc)}, _saved_tensors(doc, tensors))
+    """Write the .pt2 of the program torch builds from `doc` and `tensors` (see `write_pt2`),
+    with the given (proven) sample inputs: it depends on nothing torch makes, so it may be
+    written while torch builds, and kept only once it has (streamed tensors are checked against
+    their source's CRC as they pass)."""
+    samples = {} if sample_inputs is None else {SAMPLE_INPUTS.format("model"): sample_inputs}
+    write_archive(
+        target,
+        {"model": saved_document(doc)},
+        _saved_tensors(doc, tensors),
+        opaque_members=samples,
+    )
 
 
 def saved_document(doc: schema.ExportedProgram) -> bytes:

@@ -35,7 +35,8 @@ def job_deserialize_to_pt2(doc_json: bytes | Path, tensors: TensorSource, target
     """Write to `target` the .pt2 of the program torch builds from a document (its bytes, or a
     file of them) and its tensors, made durable; fails with what `job_torch_check` reports when
     torch cannot build it."""
-    _torch_job(doc_json, tensors, (target, partial(_writer, target)))
+    samples = tensors.sample_input_bytes()
+    _torch_job(doc_json, tensors, (target, partial(_writer, target, samples)))
 
 
 def job_splice_pt2(doc_json: bytes | Path, tensors: TensorSource, head: Path) -> list[Segment]:
@@ -43,7 +44,9 @@ def job_splice_pt2(doc_json: bytes | Path, tensors: TensorSource, head: Path) ->
     (app.bridge.output.Splicer), the archive's stored tensors left where they are and only what
     the writer makes written to `head` (not made durable: nobody reads it back)."""
     segments: list[Segment] = []
-    _torch_job(doc_json, tensors, (head, partial(_splicer, head, tensors.archive, segments)))
+    samples = tensors.sample_input_bytes()
+    splicer = partial(_splicer, head, tensors.archive, samples, segments)
+    _torch_job(doc_json, tensors, (head, splicer))
     return segments
 
 
@@ -90,18 +93,21 @@ def _verdict(built: Built, target: Path | None) -> dict[str, Any]:
     return built.check.to_dict()
 
 
-def _writer(target: Path, doc: schema.ExportedProgram, opened: Opened) -> None:
+def _writer(
+    target: Path, sample_inputs: bytes | None, doc: schema.ExportedProgram, opened: Opened
+) -> None:
     """Write the output into its target, the caller's own temporary file, made durable as it
     is written (see app.bridge.output)."""
     from app.bridge.exported import write_built
 
     with durable(target) as out:
-        write_built(doc, opened.streamed(), out)
+        write_built(doc, opened.streamed(), out, sample_inputs)
 
 
 def _splicer(
     head: Path,
     archive: Path | bytes | None,
+    sample_inputs: bytes | None,
     segments: list[Segment],
     doc: schema.ExportedProgram,
     opened: Opened,
@@ -112,7 +118,7 @@ def _splicer(
     with durable(head, keep=False) as out:
         splicer = Splicer(out, archive if isinstance(archive, Path) else None)
         try:
-            write_built(doc, opened.streamed(splicer.streamed), splicer)
+            write_built(doc, opened.streamed(splicer.streamed), splicer, sample_inputs)
         except ArchiveFailure as failure:
             raise splicer.refusal(failure) from None
     segments.extend(splicer.segments)

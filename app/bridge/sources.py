@@ -43,6 +43,10 @@ class TensorSource:
     safetensors: Path | bytes | None = None
     #: the limits the archive is opened with.
     limits: Limits = field(default_factory=Limits)
+    #: the archive's sample-inputs member, proven `weights_only`-loadable: written as it is
+    #: beside the program, since torch.export.load's module checks the program's guards only
+    #: when the program has example inputs.
+    sample_inputs: str | None = None
 
     def __post_init__(self) -> None:
         if self.archive is not None and self.safetensors is not None:
@@ -64,6 +68,13 @@ class TensorSource:
             return {}
         with open_archive(self.archive, self.limits) as archive:
             return _read(archive, self.names)
+
+    def sample_input_bytes(self) -> bytes | None:
+        """The sample-inputs member's verified bytes, or None when there is none to write."""
+        if self.sample_inputs is None or self.archive is None:
+            return None
+        with open_archive(self.archive, self.limits) as archive:
+            return archive.reader.read_member(self.sample_inputs, self.limits.max_json_bytes)
 
     @contextmanager
     def opened(self) -> Iterator[Opened]:

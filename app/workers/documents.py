@@ -158,7 +158,7 @@ def job_buildable(
     with ops.open_source(upload.source, upload.media, settings) as source:
         tensors = ops.weights_from(weights, source, model)
         document.write_bytes(schema.dump(ops.buildable(source, tensors, settings, model)))
-        return tensors
+        return ops.with_sample_inputs(tensors, source, settings, model)
 
 
 def job_serialize(upload: Upload, settings: Settings, bundle: bool, target: Path) -> None:
