@@ -7,6 +7,7 @@ a host, a port or a database URL, and a job pickled to a worker carries only a f
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -158,6 +159,12 @@ class Settings(BaseSettings):
     webhook_backoff_max_s: float = 3600.0
     #: deliveries one dispatcher claims and sends at once.
     webhook_batch: int = 16
+    #: let webhooks post to loopback and private (RFC 1918, unique-local) addresses, for
+    #: receivers inside the operator's network; off, only globally routable ones are reached.
+    webhook_allow_private: bool = False
+    #: networks (CIDR, comma-separated in the environment) webhooks may reach whatever they are,
+    #: e.g. one internal subnet; link-local addresses such as cloud metadata need listing here.
+    webhook_allowed_networks: Annotated[tuple[str, ...], NoDecode] = ()
 
     #: the bootstrap admin's bearer token (32 characters or more): once a way to authenticate
     #: is configured, every registry request needs credentials.
@@ -184,10 +191,15 @@ class Settings(BaseSettings):
     quota_model_bytes: int = 64 * 1024 * MiB
     quota_token_bytes: int = 256 * 1024 * MiB
 
-    @field_validator("worker_imports", "admin_users", mode="before")
+    @field_validator("worker_imports", "admin_users", "webhook_allowed_networks", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         return tuple(p for p in value.split(",") if p) if isinstance(value, str) else value
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(str(ipaddress.ip_network(n.strip(), strict=False)) for n in value)
 
     @property
     def limits(self) -> Limits:

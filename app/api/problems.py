@@ -162,6 +162,8 @@ register(404, webhook_not_found="No webhook subscription of that id")
 register(
     422,
     invalid_webhook="A webhook URL or event kind is malformed",
+    webhook_destination_refused="A webhook URL's host is, or resolves only to, an address webhooks "
+    "may not reach (loopback, private, link-local, ...) under the operator's settings",
     invalid_search="A search filter is malformed",
 )
 register(

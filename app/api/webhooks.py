@@ -20,6 +20,7 @@ from app.api.registry import RegistryDep
 from app.registry import Registry, check_model_name
 from app.registry import webhooks as hooks
 from app.registry.auth import AccessFailure
+from app.registry.destinations import Destinations
 from app.registry.outbox import EventKind
 
 
@@ -74,7 +75,9 @@ class SubscriptionList(BaseModel):
     "",
     status_code=201,
     response_model=hooks.CreatedSubscription,
-    responses=problem_responses(*_PROBLEMS, "bad-request", "invalid-webhook", "invalid-name"),
+    responses=problem_responses(
+        *_PROBLEMS, "bad-request", "invalid-webhook", "invalid-name", "webhook-destination-refused"
+    ),
 )
 def create_webhook(
     body: NewSubscription, who: CallerDep, registry: RegistryDep
@@ -83,13 +86,17 @@ def create_webhook(
 
     Each delivery is a signed POST (see `X-Pt2serde-Signature` in the README): HMAC-SHA256 with
     the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx.
+    Loopback, private and link-local destinations are refused unless the operator allows them.
     A model's webhooks need `manage` on it; global ones need an admin."""
     if body.model is not None:
         check_model_name(body.model)
     if not _may(registry, who, body.model):
         raise AccessFailure("forbidden", f"{who.identity.principal} may not subscribe here")
     principal = who.identity.principal
-    return hooks.create(registry.db, body.url, body.events, body.model, principal)
+    destinations = Destinations(registry.settings)
+    return hooks.create(
+        registry.db, body.url, body.events, body.model, principal, destinations=destinations
+    )
 
 
 @router.get("", response_model=SubscriptionList, responses=problem_responses(*_PROBLEMS))

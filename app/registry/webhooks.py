@@ -10,7 +10,9 @@ Every delivery is a POST of the event as JSON with these headers::
 where ``v1`` is HMAC-SHA256 keyed with the subscription's secret over ``"<t>." + body``. A
 receiver recomputes it, compares in constant time, and refuses stale ``t`` (a replay). Any 2xx
 answer is a delivery; anything else, or no answer, is retried with exponential backoff until
-``webhook_max_attempts``, each attempt recorded.
+``webhook_max_attempts``, each attempt recorded. Only the answer's status is recorded, never its
+body, and redirects are not followed. Destinations are checked by `app.registry.destinations`: a
+delivery to a refused address fails at once, without a request.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from sqlalchemy import func, insert, select, update
 
 from app.registry import outbox
 from app.registry.db import Database, now, utc
+from app.registry.destinations import Destinations
 from app.registry.errors import RegistryFailure
 from app.registry.outbox import EVENT_KINDS, Claimed, DeliveryStatus, EventKind, Outcome
 from app.settings import Settings
@@ -130,9 +133,13 @@ def create(
     events: list[EventKind] | None,
     model: str | None,
     actor: str | None = None,
+    *,
+    destinations: Destinations,
 ) -> CreatedSubscription:
-    """Subscribe `url` to events (all kinds when None) of one model or, None, of every model."""
+    """Subscribe `url` to events (all kinds when None) of one model or, None, of every model;
+    webhook-destination-refused when its host is an address `destinations` refuses."""
     _check_url(url)
+    destinations.check(url)
     kinds = sorted(set(events)) if events else list(EVENT_KINDS)
     if any(k not in EVENT_KINDS for k in kinds):
         raise RegistryFailure("invalid-webhook", f"events are among {', '.join(EVENT_KINDS)}")
@@ -234,6 +241,7 @@ class Dispatcher:
     def __init__(self, db: Database, settings: Settings) -> None:
         self.db = db
         self.settings = settings
+        self.destinations = Destinations(settings)
         self.owner = f"{os.uname().nodename[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     def backoff(self, attempt: int) -> float | None:
@@ -246,7 +254,9 @@ class Dispatcher:
     async def run(self) -> None:
         """Deliver until cancelled; a failing database is logged and tried again."""
         timeout = httpx.Timeout(self.settings.webhook_timeout_s)
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+        # no kept-alive connections: one to a pinned address may not carry another host's delivery
+        limits = httpx.Limits(max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
             while True:
                 try:
                     sent = await self.drain_once(client)
@@ -270,8 +280,18 @@ class Dispatcher:
         return len(batch)
 
     async def _deliver(self, client: httpx.AsyncClient, claimed: Claimed) -> None:
-        body = body_of(claimed)
         started, clock = now(), time.monotonic()
+        status, error, final = await self._attempt(client, claimed)
+        duration = int((time.monotonic() - clock) * 1000)
+        outcome = Outcome(started, duration, status, error)
+        retry = None if outcome.delivered or final else self.backoff(claimed.attempt)
+        await asyncio.to_thread(outbox.finish, self.db, self.owner, claimed, outcome, retry)
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, claimed: Claimed
+    ) -> tuple[int | None, str | None, bool]:
+        """Post one delivery: the answer's status, what went wrong, and whether to give up."""
+        body = body_of(claimed)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "pt2serde-webhooks",
@@ -280,16 +300,21 @@ class Dispatcher:
             "X-Pt2serde-Delivery": str(claimed.delivery_id),
             SIGNATURE_HEADER: sign(claimed.secret, int(time.time()), body),
         }
-        status: int | None = None
-        error: str | None = None
         try:
-            response = await client.post(claimed.url, content=body, headers=headers)
-            status = response.status_code
-            if not response.is_success:
-                error = response.text[:_ERROR_CHARS]
-        except httpx.HTTPError as failure:
-            error = f"{type(failure).__name__}: {failure}"[:_ERROR_CHARS]
-        duration = int((time.monotonic() - clock) * 1000)
-        outcome = Outcome(started, duration, status, error)
-        retry = None if outcome.delivered else self.backoff(claimed.attempt)
-        await asyncio.to_thread(outbox.finish, self.db, self.owner, claimed, outcome, retry)
+            async with asyncio.timeout(self.settings.webhook_timeout_s):
+                target = await self.destinations.pin(claimed.url)
+                request = client.build_request(
+                    "POST",
+                    target.url,
+                    content=body,
+                    headers={**headers, "Host": target.host_header},
+                    extensions={"sni_hostname": target.server_name},
+                )
+                # the body is never read: a receiver's answer is not the subscriber's to see
+                response = await client.send(request, stream=True, follow_redirects=False)
+                await response.aclose()
+        except RegistryFailure as refused:
+            return None, f"refused: {refused.message}"[:_ERROR_CHARS], True
+        except (httpx.HTTPError, OSError, TimeoutError) as failure:
+            return None, f"{type(failure).__name__}: {failure}"[:_ERROR_CHARS], False
+        return response.status_code, None, False

@@ -117,7 +117,11 @@ def org(
 ) -> Iterator[Org]:
     """A registry server with authentication on, per backend."""
     backend = make_backend(request, tmp_path_factory.mktemp("access"))
-    env = {"PT2SERDE_ADMIN_TOKEN": ADMIN_TOKEN, "PT2SERDE_DEFAULT_PERMISSION": "none"}
+    env = {
+        "PT2SERDE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "PT2SERDE_DEFAULT_PERMISSION": "none",
+        "PT2SERDE_WEBHOOK_ALLOW_PRIVATE": "1",  # _HOOK's loopback receiver
+    }
     server = start_registry_server(backend, env)
     try:
         warm(server)

@@ -16,6 +16,7 @@ from sqlalchemy import select, update
 from app.registry import Registry, RegistryFailure
 from app.registry import webhooks as hooks
 from app.registry.db import now
+from app.registry.destinations import Destinations
 from app.registry.outbox import EventKind, attempts, claim, deliveries, record
 from tests.registry.databases import ON_DATABASES
 from tests.registry.receiver import Receiver, receiver, verify
@@ -34,12 +35,22 @@ def _drain(dispatcher: hooks.Dispatcher, rounds: int = 1) -> int:
     return asyncio.run(go())
 
 
+#: the receivers of these tests listen on loopback, which an operator has to allow
+_LOOPBACK_OK: dict[str, Any] = {"webhook_allow_private": True}
+
+
 def _dispatcher(registry: Registry, **settings: Any) -> hooks.Dispatcher:
-    return hooks.Dispatcher(registry.db, registry.settings.model_copy(update=settings))
+    allowed = {**_LOOPBACK_OK, **settings}
+    return hooks.Dispatcher(registry.db, registry.settings.model_copy(update=allowed))
+
+
+def _create(registry: Registry, url: str, *args: Any) -> hooks.CreatedSubscription:
+    allowing = Destinations(registry.settings.model_copy(update=_LOOPBACK_OK))
+    return hooks.create(registry.db, url, *args, destinations=allowing)
 
 
 def _subscribe(registry: Registry, sink: Receiver, **kwargs: Any) -> hooks.CreatedSubscription:
-    created = hooks.create(registry.db, sink.url, kwargs.get("events"), kwargs.get("model"))
+    created = _create(registry, sink.url, kwargs.get("events"), kwargs.get("model"))
     sink.secrets.append(created.secret)
     return created
 
@@ -122,7 +133,7 @@ def test_backoff_doubles_up_to_the_maximum(registry: Registry) -> None:
 
 @ON_DATABASES
 def test_unreachable_receiver_is_an_attempt(registry: Registry) -> None:
-    created = hooks.create(registry.db, "http://127.0.0.1:9/nothing", None, None)
+    created = _create(registry, "http://127.0.0.1:9/nothing", None, None)
     _record(registry, ("version.created", "m"))
     assert _drain(_dispatcher(registry, webhook_backoff_s=60)) == 1
     (delivery,) = hooks.deliveries(registry.db, created.id).deliveries
@@ -133,7 +144,7 @@ def test_unreachable_receiver_is_an_attempt(registry: Registry) -> None:
 
 @ON_DATABASES
 def test_claims_are_exclusive_until_their_lease_ends(registry: Registry) -> None:
-    hooks.create(registry.db, "http://127.0.0.1:9/", None, None)
+    _create(registry, "http://127.0.0.1:9/", None, None)
     _record(registry, *[("tag.changed", "m")] * 6)
     taken: list[list[int]] = []
 
@@ -163,8 +174,8 @@ def test_claims_are_exclusive_until_their_lease_ends(registry: Registry) -> None
 def test_subscriptions_check_input_and_delete(registry: Registry) -> None:
     for url in ("ftp://x/", "http:///nohost", "x" * 3000):
         with pytest.raises(RegistryFailure, check=lambda e: e.code == "invalid-webhook"):
-            hooks.create(registry.db, url, None, None)
-    created = hooks.create(registry.db, "http://127.0.0.1:9/", ["alias.moved"], "m")
+            _create(registry, url, None, None)
+    created = _create(registry, "http://127.0.0.1:9/", ["alias.moved"], "m")
     assert created.secret.startswith("whsec_")
     assert len(created.secret) > 40
     assert hooks.get(registry.db, created.id).events == ["alias.moved"]

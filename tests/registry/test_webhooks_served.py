@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from app.registry import Registry
 from app.registry import webhooks as hooks
+from app.registry.destinations import Destinations
 from app.registry.outbox import events
 from tests.registry.conftest import (
     Backend,
@@ -27,7 +28,10 @@ pytestmark = ON_DATABASES
 
 
 #: Short leases and polls so that a dead server's claims come free within the test.
+#: the receiver listens on loopback, which an operator has to allow
+LOOPBACK_OK = {"webhook_allow_private": True}
 WEBHOOK_ENV = {
+    "PT2SERDE_WEBHOOK_ALLOW_PRIVATE": "1",
     "PT2SERDE_WEBHOOK_LEASE_S": "2",
     "PT2SERDE_WEBHOOK_POLL_S": "0.1",
     "PT2SERDE_WEBHOOK_BACKOFF_S": "0.2",
@@ -58,7 +62,8 @@ def test_a_killed_server_loses_no_event(
     with receiver() as sink:
         registry = Registry(backend.settings())
         try:
-            created = hooks.create(registry.db, sink.url, None, None)
+            allowing = Destinations(registry.settings.model_copy(update=LOOPBACK_OK))
+            created = hooks.create(registry.db, sink.url, None, None, destinations=allowing)
             push(registry, "m", archives["conv"])
         finally:
             registry.close()
