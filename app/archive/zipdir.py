@@ -226,32 +226,7 @@ class Directory:
         size = self._src.size
         start = max(0, size - (_EOCD_STRUCT.size + _MAX_COMMENT))
         tail = self._src.read_at(start, size - start)
-        found = -1
-        search_end = len(tail)
-        while search_end > 0:
-            pos = tail.rfind(_EOCD, 0, search_end)
-            if pos < 0:
-                break
-            if pos + _EOCD_STRUCT.size <= len(tail):
-                comment = _EOCD_STRUCT.unpack_from(tail, pos)[7]
-                if pos + _EOCD_STRUCT.size + comment == len(tail):
-                    found = pos
-                    break
-            # The next candidate must start before this one.
-            search_end = pos + len(_EOCD) - 1
-        if found < 0:
-            if self._src.read_at(0, min(4, size)) in (_LOCAL, _EOCD) or _EOCD in tail:
-                raise ArchiveFailure(
-                    "archive-truncated", "no complete end-of-central-directory record"
-                )
-            raise ArchiveFailure("archive-not-zip", "the bytes are not a zip archive")
-        # torch's zip reader (miniz), like Python's, takes the last end-record signature with a
-        # record's length after it: one in our record's comment gives it another directory
-        if tail.find(_EOCD, found + 1, len(tail) - _EOCD_STRUCT.size + len(_EOCD)) >= 0:
-            raise ArchiveFailure(
-                "archive-ambiguous-end",
-                "the archive comment holds another end-of-central-directory record",
-            )
+        found = self._find_end_record(tail)
         eocd_at = start + found
         _, disk, cd_disk, disk_count, count, cd_size, cd_offset, _ = _EOCD_STRUCT.unpack_from(
             tail, found
@@ -286,6 +261,36 @@ class Directory:
                 f"the central directory is {cd_size} bytes for {count} entries",
             )
         return count, cd_offset, cd_size
+
+    def _find_end_record(self, tail: bytes) -> int:
+        """Where in `tail` (the archive's last bytes) its one end record starts."""
+        found = -1
+        search_end = len(tail)
+        while search_end > 0:
+            pos = tail.rfind(_EOCD, 0, search_end)
+            if pos < 0:
+                break
+            if pos + _EOCD_STRUCT.size <= len(tail):
+                comment = _EOCD_STRUCT.unpack_from(tail, pos)[7]
+                if pos + _EOCD_STRUCT.size + comment == len(tail):
+                    found = pos
+                    break
+            # The next candidate must start before this one.
+            search_end = pos + len(_EOCD) - 1
+        if found < 0:
+            if self._src.read_at(0, min(4, self._src.size)) in (_LOCAL, _EOCD) or _EOCD in tail:
+                raise ArchiveFailure(
+                    "archive-truncated", "no complete end-of-central-directory record"
+                )
+            raise ArchiveFailure("archive-not-zip", "the bytes are not a zip archive")
+        # torch's zip reader (miniz), like Python's, takes the last end-record signature with a
+        # record's length after it: one in our record's comment gives it another directory
+        if tail.find(_EOCD, found + 1, len(tail) - _EOCD_STRUCT.size + len(_EOCD)) >= 0:
+            raise ArchiveFailure(
+                "archive-ambiguous-end",
+                "the archive comment holds another end-of-central-directory record",
+            )
+        return found
 
     def _zip64_end(
         self, locator: bytes, locator_at: int, count: int, cd_offset: int, cd_size: int
