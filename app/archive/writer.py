@@ -22,6 +22,7 @@ from typing import Protocol
 
 from app import files
 from app.archive.errors import ArchiveFailure
+from app.archive.member_names import check_name
 from app.archive.pt2 import (
     ARCHIVE_FORMAT,
     ARCHIVE_VERSION,
@@ -38,7 +39,6 @@ from app.archive.pt2 import (
 )
 from app.archive.raw import RawTensor, Streamed, StreamedTensor
 from app.archive.tensors import check_storage
-from app.archive.zipdir import check_name
 from schema import PayloadConfig, PayloadMeta, dump
 
 DEFAULT_ROOT = "archive"

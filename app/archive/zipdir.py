@@ -13,9 +13,7 @@ bomb cannot hide below it by being small when compressed.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import stat
 import struct
 import threading
@@ -24,11 +22,11 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from app.archive.errors import ArchiveFailure
+from app.archive.member_names import check_name, common_root, refuse_duplicate, show_name
 from app.settings import Limits, MiB
 
 STORED = 0
 DEFLATED = 8
-MAX_NAME_LENGTH = 1024
 RATIO_FLOOR = 1 * MiB
 
 ZipSource = bytes | bytearray | memoryview | str | os.PathLike[str] | BinaryIO
@@ -59,7 +57,6 @@ _METHOD_AES = 99
 #: the central directory may hold at most this many bytes per declared entry (name, extra,
 #: comment included); beyond it the directory itself would be a memory hazard.
 _MAX_CENTRAL_BYTES_PER_ENTRY = 8 * 1024
-_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
 
 
 @dataclass(frozen=True)
@@ -146,52 +143,6 @@ class Source:
         self._file = None
         self._view = None
         self._bytes = None
-
-
-def check_name(name: str) -> None:
-    """Refuse a member name that could escape or confuse a directory (archive-bad-name)."""
-    problem = _name_problem(name)
-    if problem:
-        raise ArchiveFailure("archive-bad-name", f"member name {show_name(name)} {problem}")
-
-
-@functools.lru_cache(maxsize=4096)
-def _name_problem(name: str) -> str:
-    if not name:
-        return "is empty"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"is {len(name)} characters long (limit {MAX_NAME_LENGTH})"
-    if "\x00" in name:
-        return "contains NUL"
-    if "\\" in name:
-        return "contains a backslash"
-    if name.startswith("/") or _WINDOWS_DRIVE.match(name):
-        return "is absolute"
-    parts = name[:-1].split("/") if name.endswith("/") else name.split("/")
-    if ".." in parts:
-        return "contains a '..' component"
-    if "." in parts:
-        return "contains a '.' component"
-    if "" in parts:
-        return "contains an empty component"
-    return ""
-
-
-def common_root(names: list[str]) -> str:
-    """The one top-level directory all `names` live under (archive-many-roots)."""
-    roots = list(dict.fromkeys(name.split("/", 1)[0] for name in names))
-    if len(roots) != 1 or any("/" not in name for name in names):
-        shown = ", ".join(show_name(r) for r in roots[:5]) or "none"
-        raise ArchiveFailure(
-            "archive-many-roots",
-            f"members must share one top-level directory; found {len(roots)}: {shown}",
-        )
-    return roots[0]
-
-
-def show_name(name: str) -> str:
-    """A member name for a message: quoted, and cut at 80 characters."""
-    return repr(name if len(name) <= 80 else name[:77] + "...")
 
 
 class Directory:
@@ -367,7 +318,7 @@ class Directory:
             # torch's zip reader (miniz) looks names up with A-Z folded to a-z (bytes.lower)
             previous = folded.setdefault(raw_name.lower(), name)
             if previous is not name:
-                _refuse_duplicate(name, previous)
+                refuse_duplicate(name, previous)
             _check_sizes(name, method, csize, usize, self.limits)
             entries.append(
                 _Entry(name, raw_name, method, flags, crc, csize, usize, offset, mode, zip64)
@@ -470,16 +421,6 @@ class Directory:
                     f"members {show_name(before.name)} (bytes {before.header_offset}-{before.end}) "
                     f"and {show_name(after.name)} (from byte {after.header_offset}) overlap",
                 )
-
-
-def _refuse_duplicate(name: str, previous: str) -> None:
-    if name == previous:
-        raise ArchiveFailure("archive-duplicate-name", f"member {show_name(name)} repeats")
-    raise ArchiveFailure(
-        "archive-duplicate-name",
-        f"members {show_name(previous)} and {show_name(name)} differ only in case, which "
-        "torch's zip reader does not tell apart",
-    )
 
 
 def _where(entry: _Entry) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Generator, Iterator
 from types import TracebackType
 
 from app.archive.errors import ArchiveFailure
+from app.archive.member_names import common_root, show_name
 from app.archive.readahead import read_ahead
 from app.archive.zipdir import (
     STORED,
@@ -20,8 +21,6 @@ from app.archive.zipdir import (
     Source,
     ZipMember,
     ZipSource,
-    common_root,
-    show_name,
 )
 from app.settings import Limits, MiB
 

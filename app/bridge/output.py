@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from app.archive.errors import ArchiveFailure
+from app.archive.member_names import show_name
 from app.archive.raw import Streamed
 from app.archive.writer import Sink
-from app.archive.zipdir import STORED, ZipMember, show_name
+from app.archive.zipdir import STORED, ZipMember
 
 #: How much is written before the kernel is asked to start writing it to disk.
 WRITEBACK_STEP = 32 * 1024 * 1024
