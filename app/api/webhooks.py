@@ -92,10 +92,9 @@ def create_webhook(
         check_model_name(body.model)
     if not _may(registry, who, body.model):
         raise AccessFailure("forbidden", f"{who.identity.principal} may not subscribe here")
-    principal = who.identity.principal
     destinations = Destinations(registry.settings)
     return hooks.create(
-        registry.db, body.url, body.events, body.model, principal, destinations=destinations
+        registry.db, body.url, body.events, body.model, who.actor, destinations=destinations
     )
 
 
@@ -130,7 +129,7 @@ def get_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> hooks
 def delete_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> Response:
     """Delete a subscription; deliveries not yet made are cancelled."""
     _own(registry, who, webhook_id)
-    hooks.remove(registry.db, webhook_id)
+    hooks.remove(registry.db, webhook_id, who.actor)
     return Response(status_code=204)
 
 

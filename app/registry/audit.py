@@ -38,6 +38,8 @@ Action = Literal[
     "permission.delete",
     "token.create",
     "token.revoke",
+    "webhook.create",
+    "webhook.delete",
 ]
 
 audit_log = Table(

@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, insert, select, update
 
 from app.registry import outbox
+from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.db import Database, now, utc
 from app.registry.destinations import Destinations
 from app.registry.errors import RegistryFailure
@@ -132,7 +133,7 @@ def create(
     url: str,
     events: list[EventKind] | None,
     model: str | None,
-    actor: str | None = None,
+    actor: Actor = SYSTEM,
     *,
     destinations: Destinations,
 ) -> CreatedSubscription:
@@ -151,11 +152,15 @@ def create(
         "url": url,
         "secret": secret,
         "created_at": now(),
-        "created_by": actor,
+        "created_by": actor.principal,
     }
+    created = CreatedSubscription(**values)
+    # the secret stays out of the audit log: it is shown to its subscriber only
+    after = Subscription(**values).model_dump(mode="json")
     with db.write() as conn:
         conn.execute(insert(outbox.subscriptions).values(**values))
-    return CreatedSubscription(**values)
+        record(conn, Change(actor, "webhook.create", f"webhooks/{created.id}", model, after=after))
+    return created
 
 
 def listing(db: Database, model: str | None = None) -> list[Subscription]:
@@ -180,17 +185,20 @@ def get(db: Database, subscription_id: str) -> Subscription:
     return _row_subscription(row)
 
 
-def remove(db: Database, subscription_id: str) -> None:
+def remove(db: Database, subscription_id: str, actor: Actor = SYSTEM) -> None:
     """Delete a subscription; its pending deliveries are cancelled when next claimed."""
     table = outbox.subscriptions
+    live = (table.c.id == subscription_id, table.c.deleted_at.is_(None))
     with db.write() as conn:
-        gone = conn.execute(
-            update(table)
-            .where(table.c.id == subscription_id, table.c.deleted_at.is_(None))
-            .values(deleted_at=now())
-        )
-    if gone.rowcount == 0:
-        raise RegistryFailure("webhook-not-found", f"no webhook subscription {subscription_id!r}")
+        row = conn.execute(select(table).where(*live).with_for_update()).first()
+        if row is None:
+            raise RegistryFailure(
+                "webhook-not-found", f"no webhook subscription {subscription_id!r}"
+            )
+        conn.execute(update(table).where(*live).values(deleted_at=now()))
+        before = _row_subscription(row).model_dump(mode="json")
+        target = f"webhooks/{subscription_id}"
+        record(conn, Change(actor, "webhook.delete", target, row.model, before=before))
 
 
 def deliveries(

@@ -251,14 +251,17 @@ _HOOK = {"url": "http://127.0.0.1:9/hook"}
 
 def _create_webhook(model: str | None) -> Callable[[Org, str, bool], Call]:
     return lambda org, role, allowed: Call(
-        "POST", "/v1/webhooks", {"json": {**_HOOK, "model": model}}
+        "POST", "/v1/webhooks", {"json": {**_HOOK, "model": model}}, ("webhook.create", "")
     )
 
 
 def _webhook(method: str, suffix: str = "") -> Callable[[Org, str, bool], Call]:
     def call(org: Org, role: str, allowed: bool) -> Call:
         made = org.admin("POST", "/v1/webhooks", json={**_HOOK, "model": "m"}).json()
-        return Call(method, f"/v1/webhooks/{made['id']}{suffix}")
+        target = f"webhooks/{made['id']}"
+        org.changes.append(("admin", "webhook.create", target))
+        change = ("webhook.delete", target) if method == "DELETE" else None
+        return Call(method, f"/v1/webhooks/{made['id']}{suffix}", change=change)
 
     return call
 
@@ -361,6 +364,8 @@ def test_every_route_answers_every_role(org: Org) -> None:
 def _target_of(action: str, body: dict[str, Any]) -> str:
     if action == "token.create":
         return f"tokens/{body['id']}"
+    if action == "webhook.create":
+        return f"webhooks/{body['id']}"
     return f"models/{body['model']}/versions/{body['version']}"
 
 

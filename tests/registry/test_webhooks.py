@@ -15,6 +15,7 @@ from sqlalchemy import select, update
 
 from app.registry import Registry, RegistryFailure
 from app.registry import webhooks as hooks
+from app.registry.audit import AuditQuery, entries
 from app.registry.db import now
 from app.registry.destinations import Destinations
 from app.registry.outbox import EventKind, attempts, claim, deliveries, record
@@ -186,3 +187,13 @@ def test_subscriptions_check_input_and_delete(registry: Registry) -> None:
     # its delivery is cancelled rather than sent
     assert claim(registry.db, "d", 10, 60) == []
     assert hooks.pending(registry.db) == 0
+    # both changes are audited under the model, the secret in neither
+    rows = entries(registry.db, AuditQuery(model="m")).entries
+    assert [(r.action, r.target, r.actor) for r in rows] == [
+        ("webhook.delete", f"webhooks/{created.id}", "system"),
+        ("webhook.create", f"webhooks/{created.id}", "system"),
+    ]
+    assert rows[0].before == rows[1].after
+    assert rows[1].after is not None
+    assert rows[1].after["url"] == "http://127.0.0.1:9/"
+    assert created.secret not in str([r.model_dump() for r in rows])
