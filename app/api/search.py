@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.auth import AUTH_PROBLEMS, CallerDep
+from app.api.auth import AUTH_PROBLEMS, CallerDep, has
 from app.api.deps import DateTime
 from app.api.problems import problem_responses
 from app.api.registry import RegistryDep
@@ -51,8 +51,9 @@ def search_versions(
 ) -> SearchPage:
     """Versions of every model (or one) that match all the filters given, newest first; only
     those the caller may read, so a page can be shorter than `limit` and still have a `next`."""
-    if model is not None:
-        check_model_name(model)
+    if model is not None and not has(registry, who, check_model_name(model), "read"):
+        # not even a `next`: it would tell whether more of the model's versions match
+        return SearchPage(versions=[], next=None)
     query = SearchQuery(
         model=model,
         tags=tuple(parse_tag(t) for t in tag or ()),

@@ -352,6 +352,10 @@ def test_every_route_answers_every_role(org: Org) -> None:
     assert {v["model"] for v in reader.get("/v1/search").json()["versions"]} == {"m"}
     assert reader.get("/v1/webhooks").json()["webhooks"] == []
     assert {h["model"] for h in manager.get("/v1/webhooks").json()["webhooks"]} == {"m"}
+    # searching one model the caller may not read tells nothing, not even that more match
+    probe = "/v1/search?model=m&include_deleted=true&limit=1"
+    assert org.admin("GET", probe).json()["next"] is not None
+    assert nobody.get(probe).json() == {"versions": [], "next": None}
 
     rows = _audit(org)
     found = Counter((r["actor"], r["action"], r["target"]) for r in rows)
