@@ -29,6 +29,7 @@ from app.registry.auth import (
     admin_secret,
     at_least,
     auth_configured,
+    proxied_identity,
 )
 from app.settings import Settings
 
@@ -74,7 +75,7 @@ async def caller(
     identity = ANONYMOUS
     proxied = request.headers.get(settings.identity_header) if settings.identity_header else None
     if proxied:
-        identity = Identity(proxied, None, proxied in settings.admin_users)
+        identity = proxied_identity(proxied, settings.admin_users)
     elif credentials is not None and auth_configured(settings):
         registry: Registry = request.app.state.registry
         identity = await run_in_threadpool(registry.access.authenticate, credentials.credentials)

@@ -48,6 +48,8 @@ LEVELS: tuple[Level, ...] = get_args(Level)
 EVERYONE = "*"
 #: the token row the bootstrap secret (PT2SERDE_ADMIN_TOKEN) is kept under.
 BOOTSTRAP_ID = "bootstrap-admin"
+#: the principal that row belongs to.
+BOOTSTRAP_OWNER = "admin"
 #: a prefix that makes a leaked token easy to spot by secret scanners.
 TOKEN_PREFIX = "pt2s_"
 _PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9@._+-]{0,127}")
@@ -130,6 +132,20 @@ class Identity:
 
 #: every caller when no way to authenticate is configured (loopback only): today's open registry.
 ANONYMOUS = Identity("anonymous", None, admin=True)
+
+
+def proxied_identity(name: str, admin_users: tuple[str, ...]) -> Identity:
+    """The identity a trusted proxy's user name stands for; unauthenticated when the name is
+    malformed or is one of the service's own principals (anonymous, system, and the bootstrap
+    token's owner unless the operator made that name an admin), which would otherwise let a
+    user of that name act in the audit log as the service, or list and revoke the bootstrap
+    admin token as its owner."""
+    admin = name in admin_users
+    reserved = {ANONYMOUS.principal, SYSTEM.principal} | ({BOOTSTRAP_OWNER} - set(admin_users))
+    if _PRINCIPAL.fullmatch(name) is None or name in reserved:
+        shown = name[:64]
+        raise AccessFailure("unauthenticated", f"the proxy's user name {shown!r} is not accepted")
+    return Identity(name, None, admin)
 
 
 class TokenInfo(BaseModel):
@@ -223,7 +239,7 @@ class Access:
                 .values(
                     id=BOOTSTRAP_ID,
                     name="bootstrap admin (PT2SERDE_ADMIN_TOKEN)",
-                    owner="admin",
+                    owner=BOOTSTRAP_OWNER,
                     secret_sha256=digest,
                     admin=True,
                     created_at=now(),

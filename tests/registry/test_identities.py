@@ -79,6 +79,25 @@ def test_a_trusted_proxy_names_the_user(make_client: Any) -> None:
     assert refused.status_code == 403
 
 
+def test_a_proxy_user_cannot_take_the_services_own_names(make_client: Any) -> None:
+    client = make_client(
+        identity_header="X-Forwarded-User", admin_token=SecretStr(ADMIN), admin_users=("boss",)
+    )
+    for name in ("admin", "system", "anonymous", "x" * 129, "-x", "alice bob"):
+        who = {"X-Forwarded-User": name}
+        answer = client.get("/v1/whoami", headers=who)
+        assert (name, answer.status_code, answer.json()["code"]) == (name, 401, "unauthenticated")
+        # the bootstrap admin token's owner is "admin": such a user would list and revoke it
+        revoked = client.delete(f"/v1/tokens/{BOOTSTRAP_ID}", headers=who)
+        assert revoked.status_code == 401
+    bootstrap = {"Authorization": f"Bearer {ADMIN}"}
+    assert client.get("/v1/whoami", headers=bootstrap).json()["admin"] is True
+    # an operator who names "admin" an admin user means it
+    other = make_client(identity_header="X-Forwarded-User", admin_users=("admin",))
+    me = other.get("/v1/whoami", headers={"X-Forwarded-User": "admin"}).json()
+    assert (me["principal"], me["admin"]) == ("admin", True)
+
+
 def test_stateless_operations_follow_the_setting(make_client: Any) -> None:
     gated = make_client(admin_token=SecretStr(ADMIN), stateless_access="token")
     refused = gated.post("/v1/validate", content=b"{}")
