@@ -27,7 +27,6 @@ import time
 import uuid
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -109,8 +108,15 @@ def body_of(claimed: Claimed) -> bytes:
 
 
 def _check_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > _MAX_URL:
+    # parsed as the dispatcher will parse it: what it cannot post to is refused now, not at
+    # every attempt (a port past 65535 would even wrap around in the resolver)
+    try:
+        parts = httpx.URL(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.host)
+        valid = valid and (parts.port is None or 0 < parts.port < 65536)
+    except (httpx.InvalidURL, ValueError):
+        valid = False
+    if not valid or len(url) > _MAX_URL:
         raise RegistryFailure(
             "invalid-webhook", f"give an http:// or https:// URL of at most {_MAX_URL} characters"
         )
@@ -323,6 +329,6 @@ class Dispatcher:
                 await response.aclose()
         except RegistryFailure as refused:
             return None, f"refused: {refused.message}"[:_ERROR_CHARS], True
-        except (httpx.HTTPError, OSError, TimeoutError) as failure:
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, TimeoutError) as failure:
             return None, f"{type(failure).__name__}: {failure}"[:_ERROR_CHARS], False
         return response.status_code, None, False

@@ -173,7 +173,15 @@ def test_claims_are_exclusive_until_their_lease_ends(registry: Registry) -> None
 
 @ON_DATABASES
 def test_subscriptions_check_input_and_delete(registry: Registry) -> None:
-    for url in ("ftp://x/", "http:///nohost", "x" * 3000):
+    bad = (
+        "ftp://x/",
+        "http:///nohost",
+        "x" * 3000,
+        "http://[::1",
+        "http://a:b/",
+        "http://a:99999/",
+    )
+    for url in bad:
         with pytest.raises(RegistryFailure, check=lambda e: e.code == "invalid-webhook"):
             _create(registry, url, None, None)
     created = _create(registry, "http://127.0.0.1:9/", ["alias.moved"], "m")
