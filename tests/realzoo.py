@@ -268,17 +268,24 @@ def _t5_encoder() -> RealProgram:
     return _export("t5_encoder", model, kwargs={"input_ids": _ids()})
 
 
+def _encoder_decoder_sizes() -> dict[str, int]:
+    """The tiny sizes of an encoder-decoder config (BART's and Whisper's field names)."""
+    return {
+        "d_model": HIDDEN,
+        "encoder_layers": LAYERS,
+        "decoder_layers": LAYERS,
+        "encoder_attention_heads": HEADS,
+        "decoder_attention_heads": HEADS,
+        "encoder_ffn_dim": FFN,
+        "decoder_ffn_dim": FFN,
+    }
+
+
 def _bart() -> RealProgram:
     tf = _transformers()
     config = tf.BartConfig(
         vocab_size=VOCAB,
-        d_model=HIDDEN,
-        encoder_layers=LAYERS,
-        decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS,
-        encoder_ffn_dim=FFN,
-        decoder_ffn_dim=FFN,
+        **_encoder_decoder_sizes(),
         max_position_embeddings=POSITIONS,
         pad_token_id=1,
         bos_token_id=0,
@@ -329,13 +336,7 @@ def _whisper_encoder() -> RealProgram:
     tf = _transformers()
     config = tf.WhisperConfig(
         vocab_size=VOCAB,
-        d_model=HIDDEN,
-        encoder_layers=LAYERS,
-        decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS,
-        encoder_ffn_dim=FFN,
-        decoder_ffn_dim=FFN,
+        **_encoder_decoder_sizes(),
         num_mel_bins=8,
         max_source_positions=16,
         max_target_positions=16,
