@@ -174,7 +174,7 @@ def stop_server(server: Server) -> None:
         _kill_group(server)
         return
     deadline = time.monotonic() + LEFTOVER_S
-    while (left := [pid for pid in tree if _alive(pid)]) and time.monotonic() < deadline:
+    while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     if left:
         progress(f"processes of the server outlived it: {left}: killed")
@@ -187,7 +187,7 @@ def _kill_group(server: Server) -> None:
     server.process.wait()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, gone but not yet waited for, does not)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"

@@ -10,16 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.service import alive
 from tests.conftest import ROOT
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def survivors(script: str, marker: Path, within_s: float = 5.0) -> list[int]:

@@ -21,9 +21,9 @@ import pytest
 
 from app.workers.lifeline import WATCH_INTERVAL_S
 from bench.footprint import processes
+from bench.service import alive
 from tests.api.conftest import Server, start_server
 from tests.conftest import ROOT
-from tests.workers.owner import alive
 
 ENV = {
     "PT2SERDE_HTTP_WORKERS": "2",

@@ -15,9 +15,9 @@ from app.settings import MiB, Settings
 from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool, resident_bytes
 from app.workers.torch import TorchPool, torch_spec
+from bench.service import alive
 from tests.workers import jobs
 from tests.workers.conftest import spec
-from tests.workers.owner import alive
 
 LIMIT_MB = 96
 
