@@ -65,13 +65,19 @@ def _embedded(address: Address) -> Address:
     return address
 
 
+def _within(address: Address, networks: list[IPv4Network | IPv6Network]) -> bool:
+    """Whether `address`, or the IPv4 address it carries, is in one of `networks`."""
+    both = {address, _embedded(address)}
+    return any(a in n for n in networks for a in both if a.version == n.version)
+
+
 def kind_of(address: Address) -> str | None:
     """Why `address` is not a public destination (loopback, private, ...); None when it is."""
     inner = _embedded(address)
     for name in ("unspecified", "loopback", "link_local", "multicast", "reserved"):
         if getattr(address, f"is_{name}") or getattr(inner, f"is_{name}"):
             return name.replace("_", "-")
-    if any(a in n for n in _PRIVATE for a in {address, inner} if a.version == n.version):
+    if _within(address, _PRIVATE):
         return "private"
     if not (address.is_global and inner.is_global):
         return "non-global"
@@ -89,8 +95,7 @@ class Destinations:
 
     def refusal(self, address: Address) -> str | None:
         """Why a webhook may not connect to `address`; None when it may."""
-        inner = _embedded(address)
-        if any(a in n for n in self.networks for a in {address, inner} if a.version == n.version):
+        if _within(address, self.networks):
             return None
         kind = kind_of(address)
         # loopback and private receivers are an operator's choice; link-local (cloud metadata),
@@ -102,7 +107,7 @@ class Destinations:
     def check(self, url: str) -> None:
         """Refuse, at subscription, a URL whose host resolves only to refused addresses (a name
         that does not resolve yet passes: delivery checks again)."""
-        parsed, host, port = _target(url)
+        _, host, port = _target(url)
         try:
             found = lookup(host, port)
         except OSError:
