@@ -268,8 +268,11 @@ class Access:
     def create_token(
         self, actor: Actor, owner: str, name: str, admin: bool, expires_at: datetime | None
     ) -> NewToken:
-        """A new token for `owner`; its secret is in this answer and nowhere else."""
+        """A new token for `owner`; its secret is in this answer and nowhere else. A token made
+        with an expiring token expires no later than it (asked for later or never, it gets the
+        parent's expiry), so a leaked short-lived token cannot mint itself a lasting one."""
         check_principal(owner)
+        expires_at = self._no_later_than_parent(actor, expires_at)
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         values = {
             "id": "tok_" + secrets.token_hex(8),
@@ -287,6 +290,18 @@ class Access:
             after = info.model_dump(mode="json")
             record(conn, Change(actor, "token.create", f"tokens/{info.id}", after=after))
         return NewToken(**info.model_dump(), secret=secret)
+
+    def _no_later_than_parent(self, actor: Actor, expires_at: datetime | None) -> datetime | None:
+        if actor.token_id is None:
+            return expires_at
+        with self.db.read() as conn:
+            parent = conn.execute(
+                select(api_tokens.c.expires_at).where(api_tokens.c.id == actor.token_id)
+            ).scalar()
+        if parent is None:
+            return expires_at
+        limit = utc(parent)
+        return limit if expires_at is None or utc(expires_at) > limit else expires_at
 
     def tokens(self, owner: str | None = None) -> list[TokenInfo]:
         """Tokens (of one owner, or all), newest first."""

@@ -4,6 +4,7 @@ gate, and the bootstrap admin token's rotation and retirement."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,32 @@ def test_the_bootstrap_token_rotates_and_retires(tmp_path: Path) -> None:
         retired.close()
     with pytest.raises(ValueError, match="32 characters"):
         Registry(Settings(data_dir=tmp_path, admin_token=SecretStr("short")))
+
+
+def test_a_token_mints_no_token_that_outlives_it(make_client: Any) -> None:
+    client = make_client(admin_token=SecretStr(ADMIN))
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    soon = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    parent = client.post(
+        "/v1/tokens",
+        json={"name": "ci", "owner": "alice", "expires_at": soon.isoformat()},
+        headers=admin,
+    )
+    assert parent.status_code == 201
+    alice = {"Authorization": f"Bearer {parent.json()['secret']}"}
+
+    def minted(expires_at: datetime | None) -> datetime:
+        body: dict[str, Any] = {"name": "child"}
+        if expires_at is not None:
+            body["expires_at"] = expires_at.isoformat()
+        answer = client.post("/v1/tokens", json=body, headers=alice)
+        assert answer.status_code == 201, answer.text
+        return datetime.fromisoformat(answer.json()["expires_at"])
+
+    assert minted(None) == soon
+    assert minted(soon + timedelta(days=30)) == soon
+    earlier = soon - timedelta(minutes=30)
+    assert minted(earlier) == earlier
+    # a token without an expiry (the bootstrap admin's) leaves the asked expiry as it is
+    lasting = client.post("/v1/tokens", json={"name": "forever"}, headers=admin).json()
+    assert lasting["expires_at"] is None
