@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from fastapi import Depends, Query, Request
-from pydantic import BeforeValidator
+from pydantic import AwareDatetime, BeforeValidator
 
 from app import operations as ops
 from app.api.uploads import Upload, content_type, receive, stream_body
@@ -256,11 +256,13 @@ _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
 
 def _rfc3339(value: object) -> object:
     """Date-time text only: pydantic would also read a number, or numeric text, as a Unix time,
-    which OpenAPI's `date-time` (what the routes document) does not allow."""
+    which OpenAPI's `date-time` (what the routes document) does not allow. The offset is
+    required too (as RFC 3339 requires it): a naive time means no instant, and comparing one
+    with an aware time fails."""
     if isinstance(value, datetime) or (isinstance(value, str) and _RFC3339.match(value)):
         return value
-    raise ValueError("expected an RFC 3339 date-time such as 2026-11-01T00:00:00Z")
+    raise ValueError("expected an RFC 3339 date-time with an offset, such as 2026-11-01T00:00:00Z")
 
 
-#: a date-time parameter or field, as RFC 3339 text
-DateTime = Annotated[datetime, BeforeValidator(_rfc3339)]
+#: a date-time parameter or field, as RFC 3339 text with its offset
+DateTime = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]

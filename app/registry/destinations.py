@@ -50,7 +50,13 @@ def _target(url: str) -> tuple[httpx.URL, str, int]:
     """The parsed URL, its host as the resolver and TLS want it (IDNA), and its port."""
     parsed = httpx.URL(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return parsed, parsed.raw_host.decode("ascii"), port
+    host = parsed.raw_host.decode("ascii")
+    labels = host.rstrip(".").split(".")
+    if len(host) > 253 or not all(0 < len(label) <= 63 for label in labels):
+        # the resolver raises UnicodeError on an empty or over-long label (an IP literal has
+        # neither): refused here as a bad URL, before any lookup
+        raise RegistryFailure("invalid-webhook", f"{host[:80]!r} is not a valid host name")
+    return parsed, host, port
 
 
 def _embedded(address: Address) -> Address:

@@ -164,3 +164,23 @@ def test_a_token_mints_no_token_that_outlives_it(make_client: Any) -> None:
     # a token without an expiry (the bootstrap admin's) leaves the asked expiry as it is
     lasting = client.post("/v1/tokens", json={"name": "forever"}, headers=admin).json()
     assert lasting["expires_at"] is None
+
+
+def test_times_without_an_offset_and_unresolvable_hosts_are_coded_refusals(
+    make_client: Any,
+) -> None:
+    client = make_client()
+    mixed = client.get(
+        "/v1/search",
+        params={"created_after": "2026-01-01T00:00:00", "created_before": "2026-02-01T00:00:00Z"},
+    )
+    assert (mixed.status_code, mixed.json()["code"]) == (422, "request-invalid")
+    assert mixed.json()["errors"][0]["path"] == "/query/created_after"
+    aware = {"created_after": "2026-01-01T00:00:00+01:00", "created_before": "2026-02-01T00:00Z"}
+    assert client.get("/v1/search", params=aware).json() == {"versions": [], "next": None}
+    naive = client.post("/v1/tokens", json={"name": "t", "expires_at": "2030-01-01T00:00:00"})
+    assert (naive.status_code, naive.json()["code"]) == (422, "request-invalid")
+    for url in ("https://a..b/", "https://" + "x" * 64 + ".example/", "http://.example/"):
+        hook = client.post("/v1/webhooks", json={"url": url, "events": ["version.created"]})
+        assert (hook.status_code, hook.json()["code"]) == (422, "invalid-webhook"), url
+    assert client.get("/v1/webhooks").json() == {"webhooks": []}
