@@ -30,6 +30,7 @@ from app.api.auth import (
 )
 from app.api.deps import LazyPool
 from app.api.direct import DirectValidate
+from app.api.headers import NoSniff, install_pages
 from app.api.problems import problem_responses
 from app.settings import Settings
 from app.workers.admission import Admission
@@ -56,6 +57,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Serialize, deserialize, canonicalize and validate torch exported programs.",
         lifespan=lifespan,
+        # served by app.api.headers with their Content-Security-Policy
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.pool = pool
@@ -84,6 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # matched before every other route: it declines what it does not answer as FastAPI's would
     app.router.routes.insert(0, DirectValidate(settings, documents.inline_bytes))
     docs.install(app)
+    install_pages(app)
+    app.add_middleware(NoSniff)
     return app
 
 

@@ -48,6 +48,7 @@ def _answer_408(code: str, detail: str) -> bytes:
         f"HTTP/1.1 {status.value} {status.phrase}\r\n"
         f"content-type: {response.media_type}\r\n"
         f"content-length: {len(response.body)}\r\n"
+        "x-content-type-options: nosniff\r\n"
         "connection: close\r\n\r\n"
     )
     return head.encode("ascii") + bytes(response.body)

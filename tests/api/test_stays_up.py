@@ -359,6 +359,7 @@ def test_a_trickled_body_is_cut_off(deployed: Deployed, head: bytes) -> None:
         elapsed = time.monotonic() - start
     assert out.startswith(b"HTTP/1.1 408 "), out[:300]
     assert b'"code":"body-timeout"' in out
+    assert b"\r\nx-content-type-options: nosniff\r\n" in out.partition(b"\r\n\r\n")[0]
     # the server's event loop keeps time in whole milliseconds, so its deadline can come up to
     # one millisecond before ours
     assert BODY_S - 0.002 <= elapsed < BODY_S + 3, elapsed
