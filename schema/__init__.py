@@ -17,6 +17,7 @@ from schema.diff import (
     diff,
     load_description,
 )
+from schema.downgrade import Downgraded, DowngradeRefused, downgrade
 from schema.errors import (
     DescriptionInvalid,
     DocumentInvalid,
@@ -48,6 +49,9 @@ __all__ = [
     "Wire",
     "changelog",
     "describe",
+    "downgrade",
+    "Downgraded",
+    "DowngradeRefused",
     "dump",
     "format_version",
     "json_schema",

@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 
 from schema._base import FIRST_8X, Version
+from schema._tree import places
 from schema.compat import struct_defaults
-from schema.description import TypeExpr, describe, parse_type
+from schema.description import describe
 from schema.errors import DocumentInvalid, Issue, UnsupportedMajor, pointer
 from schema.history import CURRENT, format_version
 from schema.io import Read, read
@@ -167,41 +168,20 @@ def _upgrade_7x(tree: dict[str, Any]) -> list[str]:
     The walk follows the 8.2 description, whose shape 7.3 documents share except for the
     rewritten spots; SymExprHint's changed arm order needs nothing (a union is one key).
     """
-    types = {k: v for k, v in describe(FIRST_8X).items() if isinstance(v, dict)}
-    parsed: dict[str, TypeExpr] = {}
+    description = describe(FIRST_8X)
     notes: dict[str, None] = {}
-
-    def parse(text: str) -> TypeExpr:
-        if text not in parsed:
-            parsed[text] = parse_type(text)
-        return parsed[text]
-
-    holder: list[Any] = [tree]
-    stack: list[tuple[Any, Any, TypeExpr]] = [(holder, 0, TypeExpr("ExportedProgram"))]
-    while stack:
-        parent, key, t = stack.pop()
-        value = parent[key]
+    for place in places(tree, description, "ExportedProgram"):
+        t, value = place.type, place.value
         if t.name == "float" and isinstance(value, _NonFinite):
-            parent[key] = value.text
+            place.parent[place.key] = value.text
             notes["float: bare Infinity/-Infinity/NaN tokens -> torch's float strings"] = None
-        elif t.name == "Optional" and value is not None:
-            stack.append((parent, key, t.args[0]))
-        elif t.name == "List" and isinstance(value, list):
-            stack.extend((value, i, t.args[0]) for i in reversed(range(len(value))))
-        elif t.name == "Dict" and isinstance(value, dict):
-            stack.extend((value, k, t.args[1]) for k in reversed(list(value)))
-        elif t.name in types and isinstance(value, dict):
-            spec = types[t.name]
-            if spec["kind"] == "union" and len(value) == 1:
-                arm = next(iter(value))
-                if arm in spec["fields"]:
-                    _fix_arm(t.name, arm, value, notes)
-                    stack.append((value, arm, parse(spec["fields"][arm]["type"])))
-            elif spec["kind"] == "struct":
-                if t.name == "RangeConstraint":
-                    _fix_range(value, notes)
-                fields = [f for f in spec["fields"] if f in value]
-                stack.extend((value, f, parse(spec["fields"][f]["type"])) for f in reversed(fields))
+        elif t.name == "RangeConstraint" and isinstance(value, dict):
+            _fix_range(value, notes)
+        elif isinstance(value, dict) and len(value) == 1:
+            spec = description.get(t.name)
+            arm = next(iter(value))
+            if isinstance(spec, dict) and spec["kind"] == "union" and arm in spec["fields"]:
+                _fix_arm(t.name, arm, value, notes)
     return list(notes)
 
 
