@@ -35,7 +35,7 @@ from app.programs.inspect import registry as inspect_views
 from app.programs.inspect.common import graph_weights
 from app.programs.inspect.view import InspectRequest as InspectRequest
 from app.programs.inspect.view import Subject
-from app.programs.screen import refuse_if_unsafe, screen
+from app.programs.screen import pickle_findings, refuse_if_unsafe, screen
 from app.programs.validation import validate_bytes, validate_document
 from app.settings import Settings
 
@@ -210,13 +210,15 @@ def serialize(source: Source, settings: Settings) -> Serialized:
 
 
 def refuse_pickles(source: Source, settings: Settings) -> None:
-    """Pickled payloads are refused unless the deployment carries them as opaque bytes. Sample
-    inputs are not refused: what we write never holds ones we cannot prove (`sample_inputs`)."""
-    if source.pickled and not settings.allow_opaque_pickles:
+    """Pickled payloads are refused unless the deployment carries them as opaque bytes, by the
+    rule validation reports (`pickle_findings`). Sample inputs are not refused: what we write
+    never holds ones we cannot prove (`sample_inputs`)."""
+    refused = [f for f in pickle_findings(source.pickled, settings.limits) if f.severity == "error"]
+    if refused:
         raise OperationFailure(
             "unsafe-pickle",
             f"the archive holds pickled members, which are never loaded: {source.pickled}",
-            [schema.Issue("unsafe-pickle", "", m) for m in source.pickled],
+            _issues(refused),
         )
 
 
@@ -510,13 +512,10 @@ def weights_from(
         return TensorSource()
     if source.origin is None:
         raise ValueError("a torch job opens the archive itself: open the source with open_source")
-    archive = source.archive
-    names = {
-        stored: fqn
-        for fqn, stored in source.tensor_names(source.model(model)).items()
-        if not archive.tensors[stored].use_pickle
-    }
-    return TensorSource(archive=source.origin, names=names, limits=archive.reader.limits)
+    # pickled tensors too: a program with any is refused before a job unless the deployment
+    # carries opaque pickles (`refuse_pickles`), and the worker only copies their bytes
+    names = {stored: fqn for fqn, stored in source.tensor_names(source.model(model)).items()}
+    return TensorSource(archive=source.origin, names=names, limits=source.archive.reader.limits)
 
 
 def with_sample_inputs(

@@ -13,12 +13,14 @@ TensorKind = Literal["parameter", "buffer", "constant"]
 
 @dataclass(frozen=True)
 class RawTensor:
-    """One weight or constant: fully qualified name, kind, meta and little-endian storage bytes."""
+    """One weight or constant: fully qualified name, kind, meta and little-endian storage bytes
+    (or, when `pickled`, the opaque bytes of a `use_pickle` payload, never unpickled here)."""
 
     name: str
     kind: TensorKind
     meta: TensorMeta
     data: bytes
+    pickled: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,9 +35,11 @@ class Streamed:
 
 @dataclass(frozen=True)
 class StreamedTensor:
-    """A tensor whose storage bytes are streamed from a source archive when written."""
+    """A tensor whose storage bytes (or pickled payload) are streamed from a source archive
+    when written."""
 
     name: str
     kind: TensorKind
     meta: TensorMeta
     data: Streamed
+    pickled: bool = False

@@ -218,7 +218,8 @@ def write_archive(
     `documents` maps model names to document JSON bytes. With one model, tensors are named
     by their FQN; with several, "<model>/<fqn>". Tensors given the same bytes (or `Streamed`)
     object (as `Archive.raw_tensors` and `streamed_tensors` return for views of one storage)
-    share one member, so aliasing survives. `opaque_members` carries root-relative
+    share one member, so aliasing survives; a `pickled` tensor's bytes are written as its
+    `use_pickle` payload. `opaque_members` carries root-relative
     `data/sample_inputs/<model>.pt` and `extra/<name>` members as they are; missing sample
     inputs are written empty, which torch loads as "no example inputs".
     """
@@ -273,7 +274,7 @@ def _members(
                 config[fqn] = PayloadMeta(
                     path_name=shared[key],
                     is_param=tensor.kind == "parameter",
-                    use_pickle=False,
+                    use_pickle=tensor.pickled,
                     tensor_meta=tensor.meta,
                 )
             out.append((config_name.format(model), dump(PayloadConfig(config=config))))
@@ -307,7 +308,8 @@ def _tensors_by_model(
         if tensor.kind not in ("parameter", "buffer", "constant"):
             _refuse(f"tensor {tensor.name!r} has kind {tensor.kind!r}")
         size = len(tensor.data) if isinstance(tensor.data, bytes) else tensor.data.size
-        check_storage(tensor.meta, size, f"tensor {tensor.name!r}")
+        if not tensor.pickled:  # a pickled payload is carried as it is, never read
+            check_storage(tensor.meta, size, f"tensor {tensor.name!r}")
         by_model[model].append((fqn, tensor))
     return by_model
 

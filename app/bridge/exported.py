@@ -27,9 +27,18 @@ from app.archive.tensors import dtype_name
 from app.archive.writer import Sink, write_archive
 from app.bridge.errors import BridgeFailure, is_allocation_failure, torch_message
 from app.bridge.standins import stand_ins
-from app.bridge.tensors import MappedTensor, Stored, View, by_name, checked_views, shape_of
+from app.bridge.tensors import (
+    MappedTensor,
+    Stored,
+    View,
+    by_name,
+    checked_views,
+    shape_of,
+    view_of,
+)
 from app.bridge.torch_schema import to_torch
 from app.programs.screen import refuse_if_unsafe, screen
+from app.programs.semantics import unused_ranges
 from app.settings import Limits
 from schema import (
     Device,
@@ -106,7 +115,9 @@ def deserialize(
 ) -> ExportedProgram:
     """A real ExportedProgram from a document and its tensors, built by torch's deserializer.
 
-    Nothing is unpickled: tensors are made from raw bytes and example inputs are left out.
+    Nothing is unpickled: tensors are made from raw bytes and example inputs are left out; a
+    pickled payload (a tensor subclass) is stood in for by a zero tensor of its meta, which
+    proves the program builds but is not its value (the archive we write carries the payload).
     `route` picks how torch's schema dataclasses are made: "fast" builds them from our models,
     "torch" re-parses the JSON with torch's own `_bytes_to_dataclass`. Pytree types this process
     has not registered are stood in for while torch builds (`app.bridge.standins`): the program
@@ -120,14 +131,19 @@ def deserialize(
     refuse_if_unsafe(screen(doc, _SCREEN))
     state_dict: dict[str, torch.Tensor] = {}
     constants: dict[str, torch.Tensor] = {}
+    kinds = saved_kinds(doc, named, slots)
     try:
-        for slot in slots:
-            tensor = _tensor(named[slot.name], views[slot.name], parameter=slot.role == "parameter")
-            # torch keeps non-persistent buffers with the lifted constants, not in the state dict.
-            if slot.role == "constant" or not slot.persistent:
-                constants[slot.name] = tensor
-            else:
-                state_dict[slot.name] = tensor
+        for name, raw in named.items():
+            kind = kinds[name]
+            tensor = (
+                _stand_in(raw.meta, parameter=kind == "parameter")
+                if raw.pickled
+                else _tensor(raw, views[name], parameter=kind == "parameter")
+            )
+            # torch.export.load hands torch the archive's weights as the state dict and its
+            # constants (non-persistent buffers and lifted constants among them) as constants,
+            # tensors no input spec names included: so do we.
+            (constants if kind == "constant" else state_dict)[name] = tensor
         serialized = (
             to_torch(doc)
             if route == "fast"
@@ -192,11 +208,15 @@ def saved_document(doc: schema.ExportedProgram) -> bytes:
     value maps as it meets each value's definition (graph inputs, then node outputs) and
     re-derives each value's TensorMeta from the fake tensor the loader made, which the loader
     makes with `empty_strided`, knowing no storage offset: every value's offset comes out 0.
-    The rest of the document comes out as it went in (the bridge tests compare with torch's
-    own save on every zoo program, the benchmark on its decoders).
+    Its loader drops a range whose symbol the graph does not use (`unused_ranges`), so the
+    program it builds never writes one. The rest of the document comes out as it went in (the
+    bridge tests compare with torch's own save on every zoo program, the benchmark on its
+    decoders).
     """
     data = orjson.loads(schema.dump(doc))
     _as_torch_serializes(data["graph_module"]["graph"])
+    for key in unused_ranges(doc):
+        data["range_constraints"].pop(key, None)
     return json.dumps(data, allow_nan=False).encode()
 
 
@@ -246,17 +266,30 @@ def _defined(arguments: Any) -> list[str]:
 def _saved_tensors(
     doc: schema.ExportedProgram, named: Mapping[str, RawTensor | StreamedTensor]
 ) -> list[RawTensor | StreamedTensor]:
-    """The tensors where torch.export.save puts them: parameters and persistent buffers with the
-    weights (the state dict), non-persistent buffers and lifted constants with the constants."""
+    """The tensors where torch.export.save puts them (`saved_kinds`)."""
+    kinds = saved_kinds(doc, named)
+    return [dataclasses.replace(t, kind=kinds[name]) for name, t in named.items()]
+
+
+def saved_kinds(
+    doc: schema.ExportedProgram,
+    named: Mapping[str, Stored | StreamedTensor],
+    slots: list[Slot] | None = None,
+) -> dict[str, TensorKind]:
+    """Each tensor's kind as torch.export.save stores it: parameters and persistent buffers with
+    the weights (the state dict), non-persistent buffers and lifted constants with the
+    constants. A tensor no input spec names (a parameter strict export kept though the graph
+    never reads it, the second name of an aliased constant) keeps the kind it was stored with,
+    as torch.export.load keeps it."""
     kinds: dict[str, TensorKind] = {
         slot.name: "parameter"
         if slot.role == "parameter"
         else "buffer"
         if slot.role == "buffer" and slot.persistent
         else "constant"
-        for slot in signature_slots(doc)
+        for slot in (signature_slots(doc) if slots is None else slots)
     }
-    return [dataclasses.replace(t, kind=kinds[name]) for name, t in named.items()]
+    return {name: kinds.get(name, t.kind) for name, t in named.items()}
 
 
 def signature_slots(doc: schema.ExportedProgram) -> list[Slot]:
@@ -296,7 +329,7 @@ def check_weights(
     tensors: Mapping[str, Stored],
     slots: list[Slot] | None = None,
 ) -> None:
-    """BridgeFailure `weights-mismatch` lists every missing, extra or mismatched tensor."""
+    """BridgeFailure `weights-mismatch` lists every missing or mismatched tensor."""
     issues = weight_issues(doc, tensors, slots)
     if issues:
         raise BridgeFailure(
@@ -311,7 +344,7 @@ def weight_issues(
     tensors: Mapping[str, Stored],
     slots: list[Slot] | None = None,
 ) -> list[Issue]:
-    """Missing, unexpected and dtype/shape-mismatched tensors, in signature order then extras."""
+    """Missing and dtype/shape-mismatched tensors, in signature order."""
     slots = signature_slots(doc) if slots is None else slots
     values = doc.graph_module.graph.tensor_values
     issues: list[Issue] = []
@@ -344,16 +377,7 @@ def weight_issues(
                     f"expected shape {shape_of(expected)}, got {shape_of(raw.meta)}",
                 )
             )
-    known = {slot.name for slot in slots}
-    issues.extend(
-        Issue(
-            "weight-unexpected",
-            pointer([name]),
-            f"{name!r} is not a parameter, buffer or constant of the program",
-        )
-        for name in tensors
-        if name not in known
-    )
+    # a tensor no spec names is not a mismatch: torch.export.load keeps it (`saved_kinds`)
     return issues
 
 
@@ -458,8 +482,22 @@ def _tensor(raw: Stored, view: View, *, parameter: bool) -> torch.Tensor:
         base = torch.frombuffer(bytearray(raw.data), dtype=dtype)
     else:
         base = torch.empty(0, dtype=dtype)
-    tensor = base.as_strided(view.sizes, view.strides, view.offset)
-    device = raw.meta.device
+    return _placed(base.as_strided(view.sizes, view.strides, view.offset), raw.meta, parameter)
+
+
+def _stand_in(meta: TensorMeta, *, parameter: bool) -> torch.Tensor:
+    """Zeros with a pickled tensor's dtype, geometry and device, for torch to build on."""
+    view, issues = view_of("", meta)
+    if view is None:
+        raise BridgeFailure("tensor-data-invalid", issues[0].message, issues)
+    dtype = torch_serde._SERIALIZE_TO_TORCH_DTYPE[torch_schema.ScalarType(meta.dtype.value)]
+    zeros = torch.zeros(view.extent, dtype=dtype)
+    return _placed(zeros.as_strided(view.sizes, view.strides, view.offset), meta, parameter)
+
+
+def _placed(tensor: torch.Tensor, meta: TensorMeta, parameter: bool) -> torch.Tensor:
+    """A CPU tensor moved to the meta's device, as a parameter or not, needing grad or not."""
+    device = meta.device
     if device.type != "cpu":
         where = (
             torch.device(device.type)
@@ -468,8 +506,8 @@ def _tensor(raw: Stored, view: View, *, parameter: bool) -> torch.Tensor:
         )
         tensor = tensor.to(where)
     if parameter:
-        return torch.nn.Parameter(tensor, requires_grad=raw.meta.requires_grad)
-    if raw.meta.requires_grad:
+        return torch.nn.Parameter(tensor, requires_grad=meta.requires_grad)
+    if meta.requires_grad:
         tensor.requires_grad_(True)
     return tensor
 

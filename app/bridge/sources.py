@@ -121,16 +121,21 @@ class Opened:
             if entry.member not in streams:
                 spliced = splice(self.archive.reader.member(entry.member)) if splice else None
                 streams[entry.member] = spliced or self.archive.streamed(entry.member)
-            out[name] = StreamedTensor(name, entry.kind, entry.meta, streams[entry.member])
+            out[name] = StreamedTensor(
+                name, entry.kind, entry.meta, streams[entry.member], entry.use_pickle
+            )
         return out
 
 
 def _entries(archive: Archive, names: Mapping[str, str]) -> Iterator[tuple[str, TensorEntry]]:
-    """The raw tensors of the archive to take, with the names the document uses; any other name
-    is left for the weights check to report missing."""
+    """The tensors of the archive to take, with the names the document uses; any other name is
+    left for the weights check to report missing. A pickled payload is taken when its config
+    gives its meta (torch builds on a stand-in of it; its bytes are carried, never unpickled):
+    the service refuses a program with pickled members before any job unless the deployment
+    carries opaque pickles."""
     for stored, name in names.items():
         entry = archive.tensors.get(stored)
-        if entry is not None and not entry.use_pickle and entry.meta is not None:
+        if entry is not None and entry.meta is not None:
             yield name, entry
 
 
@@ -141,7 +146,9 @@ def _read(archive: Archive, names: Mapping[str, str]) -> dict[str, RawTensor]:
         assert entry.meta is not None
         if entry.member not in storages:
             storages[entry.member] = archive.reader.read_member(entry.member, entry.size)
-        tensors[name] = RawTensor(name, entry.kind, entry.meta, storages[entry.member])
+        tensors[name] = RawTensor(
+            name, entry.kind, entry.meta, storages[entry.member], entry.use_pickle
+        )
     return tensors
 
 
@@ -158,12 +165,14 @@ def _mapped(archive: Archive, path: Path, names: Mapping[str, str]) -> dict[str,
         member = archive.reader.member(entry.member)
         end = member.data_offset + member.size
         aligned = member.data_offset % ITEMSIZE.get(entry.meta.dtype, 1) == 0
-        if member.method == STORED and aligned and end <= len(view):
+        if member.method == STORED and aligned and end <= len(view) and not entry.use_pickle:
             if entry.member not in views:
                 views[entry.member] = view[member.data_offset : end]
             tensors[name] = MappedTensor(name, entry.kind, entry.meta, views[entry.member])
             continue
         if entry.member not in read:
             read[entry.member] = archive.reader.read_member(entry.member, entry.size)
-        tensors[name] = RawTensor(name, entry.kind, entry.meta, read[entry.member])
+        tensors[name] = RawTensor(
+            name, entry.kind, entry.meta, read[entry.member], entry.use_pickle
+        )
     return tensors

@@ -27,6 +27,8 @@ class MappedTensor:
     kind: TensorKind
     meta: TensorMeta
     data: memoryview
+    #: never: pickled payloads are read, not mapped (the field keeps `Stored` alike)
+    pickled: bool = False
 
 
 #: A tensor as torch is handed it: storage bytes read into memory, or mapped from the archive.
@@ -143,8 +145,9 @@ def storage_issues(name: str, meta: TensorMeta, size: int) -> tuple[View | None,
 
 
 def checked_views(tensors: Iterable[Stored]) -> dict[str, View]:
-    """Every tensor's view; BridgeFailure `tensor-data-invalid` lists each tensor that has none."""
-    return checked_sizes((t.name, t.meta, len(t.data)) for t in tensors)
+    """Every raw tensor's view (pickled payloads have none); BridgeFailure `tensor-data-invalid`
+    lists each tensor that has none."""
+    return checked_sizes((t.name, t.meta, len(t.data)) for t in tensors if not t.pickled)
 
 
 def checked_sizes(tensors: Iterable[tuple[str, TensorMeta, int]]) -> dict[str, View]:

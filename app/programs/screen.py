@@ -124,7 +124,7 @@ def screen(
             _treespec(entry.signature.in_spec, f"{where}/in_spec", found)
             _treespec(entry.signature.out_spec, f"{where}/out_spec", found)
     _custom_objects(doc, "warning" if limits.allow_opaque_pickles else "error", found)
-    _pickles(pickled, "warning" if limits.allow_opaque_pickles else "error", found)
+    found.extend(pickle_findings(pickled, limits))
     return found.result()
 
 
@@ -484,10 +484,21 @@ def _custom_objects(doc: schema.ExportedProgram, severity: Severity, found: Find
             )
 
 
-def _pickles(pickled: Sequence[str], severity: Severity, found: FindingList) -> None:
-    for member in pickled:
+def pickle_findings(pickled: Sequence[str], limits: Limits) -> list[Finding]:
+    """The one rule for an archive's pickled members (tensor-subclass payloads, objects), which
+    validation reports and every operation that writes or hands on a program enforces: an
+    error unless the deployment carries opaque pickles, which are then copied as they are
+    (never unpickled here) and merely warned of."""
+    severity: Severity = "warning" if limits.allow_opaque_pickles else "error"
+    return [
+        Finding(
+            code="unsafe-pickle",
+            severity=severity,
+            path="",
+            message=f"archive member {member!r} is a pickle",
+        )
+        for member in pickled
         # example data, not the program: torch's loader must never be handed them (it falls
         # back to weights_only=False), which is the archive layer's business, not the screen's
-        if _SAMPLE_INPUTS.search(member):
-            continue
-        found.add("unsafe-pickle", severity, "", f"archive member {member!r} is a pickle")
+        if not _SAMPLE_INPUTS.search(member)
+    ]

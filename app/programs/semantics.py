@@ -4,14 +4,14 @@ the signature against the graph, weights, ranges, the module call graph, operato
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 import schema
 from app.archive.tensors import dtype_name
-from app.programs.expr import UnsafeExpression, check_expression
+from app.programs.expr import UnsafeExpression, check_expression, is_symbol_name
 from app.programs.findings import FindingList
 from app.programs.graph import (
     TOP_GRAPH,
@@ -21,6 +21,7 @@ from app.programs.graph import (
     references,
     scope,
     sym_exprs,
+    walk_graphs,
 )
 from app.programs.opcheck import check_operators
 from schema.errors import pointer
@@ -214,32 +215,17 @@ class _Semantics:
 
     # ------------------------------------------------------------ ranges and call graph
 
-    def symbols(self) -> set[str]:
-        """The symbols of every SymExpr in the graphs' value metadata."""
-        symbols: set[str] = set()
-        for graph, path, _, _ in self.graphs:
-            for text, _ in sym_exprs(graph, path):
-                try:
-                    symbols |= check_expression(text).symbols
-                except UnsafeExpression:
-                    continue  # the screen reports it
-        return symbols
-
     def ranges(self) -> None:
-        # the graphs' symbols are collected only for a document that constrains some
-        symbols = self.symbols() if self.doc.range_constraints else set()
+        dropped = set(unused_ranges(self.doc, self.graphs))
         for key, constraint in self.doc.range_constraints.items():
             at = pointer(["range_constraints", key])
-            try:
-                named = check_expression(key).symbols
-            except UnsafeExpression:
-                continue  # the screen reports it
-            missing = sorted(named - symbols) if named else [key]
-            if missing:
-                self.error(
+            if key in dropped:
+                self.found.add(
                     "range-unknown-symbol",
+                    "warning",
                     at,
-                    f"{', '.join(missing)} does not occur in the graph's shapes or values",
+                    f"{key} does not occur in the graph's shapes or values: torch's loader "
+                    "drops this range (and so does deserialize)",
                 )
             low, high = constraint.min_val, constraint.max_val
             if low is not None and high is not None and low > high:
@@ -267,6 +253,41 @@ class _Semantics:
                     for name, at, _ in references(arg, where):
                         if name not in top:
                             self.error(code, at, f"{name!r} is not a value of the graph")
+
+
+def unused_ranges(
+    doc: schema.ExportedProgram, graphs: Sequence[GraphSite] | None = None
+) -> list[str]:
+    """The range_constraints keys torch's loader drops ("Symbol ... did not appear in the graph").
+
+    torch 2.13 keeps a range only when its key is the text of an expression it parsed from the
+    graphs' value metadata or of one of its subterms: here, a symbol the metadata names or a
+    whole expression written the same way (torch writes symbols as keys only). Unbacked
+    symbols proven constant (a `.item()` fed to `view`), or the second symbol of a strict
+    `nonzero`, keep a range but leave the graph. `graphs` is
+    `list(walk_graphs(doc.graph_module.graph))` when the caller has it. A key the
+    expression checker refuses is left to the screen.
+    """
+    if not doc.range_constraints:
+        return []
+    symbols: set[str] = set()
+    texts: set[str] = set()
+    for graph, path, _, _ in walk_graphs(doc.graph_module.graph) if graphs is None else graphs:
+        for text, _ in sym_exprs(graph, path):
+            texts.add(text)
+            try:
+                symbols |= check_expression(text).symbols
+            except UnsafeExpression:
+                continue  # the screen reports it
+    dropped: list[str] = []
+    for key in doc.range_constraints:
+        try:
+            check_expression(key)
+        except UnsafeExpression:
+            continue
+        if key not in texts and not (is_symbol_name(key) and key in symbols):
+            dropped.append(key)
+    return dropped
 
 
 def _input_matches(spec: Any, arg: Any) -> bool:

@@ -337,6 +337,7 @@ def test_weights_mismatch_lists_every_problem(serialized: dict[str, SerializedPr
     tensors["fc.weight"] = RawTensor(
         fc.name, fc.kind, fc.meta.model_copy(update={"dtype": ScalarType.DOUBLE}), fc.data
     )
+    # tensors no input spec names are no mismatch: torch.export.load keeps them
     tensors["extra"] = RawTensor("extra", "buffer", fc.meta, fc.data)
     tensors["more"] = RawTensor("more", "constant", fc.meta, fc.data)
     with pytest.raises(BridgeFailure) as caught:
@@ -346,17 +347,24 @@ def test_weights_mismatch_lists_every_problem(serialized: dict[str, SerializedPr
         Issue("weight-shape", "/conv.weight", "expected shape [4, 3, 3, 3], got [4, 3]"),
         Issue("weight-missing", "/conv.bias", "parameter 'conv.bias' (float32[4]) has no tensor"),
         Issue("weight-dtype", "/fc.weight", "expected dtype float32, got float64"),
-        Issue(
-            "weight-unexpected",
-            "/extra",
-            "'extra' is not a parameter, buffer or constant of the program",
-        ),
-        Issue(
-            "weight-unexpected",
-            "/more",
-            "'more' is not a parameter, buffer or constant of the program",
-        ),
     ]
+
+
+def test_tensors_no_spec_names_are_kept_as_stored(
+    serialized: dict[str, SerializedProgram],
+) -> None:
+    program = serialized["conv"]
+    fc = program.tensors["fc.weight"]
+    tensors = {
+        **program.tensors,
+        "extra": RawTensor("extra", "parameter", fc.meta, fc.data),
+        "more": RawTensor("more", "constant", fc.meta, fc.data),
+    }
+    built = deserialize(program.doc, tensors)
+    assert isinstance(built.state_dict["extra"], torch.nn.Parameter)
+    assert torch.equal(built.state_dict["extra"], built.state_dict["fc.weight"])
+    assert "more" in built.constants
+    assert "more" not in built.state_dict
 
 
 def test_weights_mismatch_names_buffers_and_constants(

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 import schema
+from app.programs.semantics import unused_ranges
 from app.programs.validation import (
     Report,
     check_bounds,
@@ -328,18 +329,6 @@ SEMANTIC_CASES: list[tuple[str, str, Mutation, list[tuple[str, str]]]] = [
         [("signature-output-mismatch", "/graph_module/signature/output_specs/4")],
     ),
     (
-        "range of an unknown symbol",
-        "dynamic",
-        lambda d: d["range_constraints"].update(s99={"min_val": 2, "max_val": 8}),
-        [("range-unknown-symbol", "/range_constraints/s99")],
-    ),
-    (
-        "derived range of an unknown symbol",
-        "dynamic",
-        lambda d: d["range_constraints"].update({"s17 + s99": {"min_val": 2, "max_val": 8}}),
-        [("range-unknown-symbol", "/range_constraints/s17 + s99")],
-    ),
-    (
         "empty range",
         "dynamic",
         lambda d: d["range_constraints"]["s17"].update(min_val=65),
@@ -398,6 +387,23 @@ def test_each_semantic_rule(
     assert not report.valid
     # schema level does not look at any of it
     assert validate_document(_doc(zoo_json, name, mutate), "schema", SETTINGS).valid
+
+
+def test_ranges_torch_drops_are_warnings(zoo_json: dict[str, bytes]) -> None:
+    # torch's loader logs "Symbol s99 did not appear in the graph" and drops the entry
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["range_constraints"].update(
+            {"s99": {"min_val": 2, "max_val": 8}, "s17 + s99": {"min_val": 2, "max_val": 8}}
+        )
+
+    report = validate_document(_doc(zoo_json, "dynamic", mutate), "semantic", SETTINGS)
+    assert report.valid
+    assert [(f.code, f.severity, f.path) for f in report.findings] == [
+        ("range-unknown-symbol", "warning", "/range_constraints/s99"),
+        ("range-unknown-symbol", "warning", "/range_constraints/s17 + s99"),
+    ]
+    assert unused_ranges(_doc(zoo_json, "dynamic", mutate)) == ["s99", "s17 + s99"]
+    assert unused_ranges(_doc(zoo_json, "dynamic")) == []
 
 
 def test_weights_missing_mismatched_and_unused(
