@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install fuzz opset
+.PHONY: run test lint openapi bench install fuzz opset releases releases-rules
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,14 +38,30 @@ test: lint
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json
 
-# The operator registry and the weights_only pickle rules, written from the installed torch
-# (tests/bridge/test_opset_current.py, tests/bridge/test_weights_only_current.py).
+# Each torch release's rules (app/releases/data: operators, higher-order ops, Python targets,
+# weights_only globals, the schema version it writes, its reader's policy on unknown keys), dumped
+# by app/bridge/release_dump.py in each release's venv <RELEASES_DIR>/v<release> (torch only), or
+# read from the unpacked wheel's source under WHEEL_SOURCES where no venv runs; schema/readers.py
+# is rewritten from them. `make opset` rewrites only the installed release's file, which
+# tests/bridge/test_release_rules_current.py keeps equal to what this torch registers.
 opset: $(STAMP)
-	$(BIN)/python -m app.bridge.opset_dump app/programs/opset.json.gz
-	$(BIN)/python -m app.bridge.weights_only_dump app/archive/weights_only_globals.json
+	$(BIN)/python -m app.releases.generate 2.13.0
+
+releases-rules: $(STAMP)
+	$(BIN)/python -m app.releases.generate \
+		--venvs $(or $(RELEASES_DIR),$(HOME)/.cache/pt2serde/releases) \
+		--sources $(or $(WHEEL_SOURCES),$(HOME)/.cache/pt2serde/wheels)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Which torch release loads which program: a venv per release under RELEASES_DIR (made when
+# missing: several GB each), real exports and loads in each, checked against our verdicts; writes
+# tests/data/releases/, bench/RELEASES.md and the README's table (bench/releases/run.py).
+RELEASES_DIR ?= $(HOME)/.cache/pt2serde/releases
+RELEASES_WORK ?= /tmp/pt2serde-releases
+releases: $(STAMP)
+	$(BIN)/python -m bench.releases --releases-dir $(RELEASES_DIR) --workdir $(RELEASES_WORK)
 
 # A long campaign (SEED=, MUTANTS=, MINUTES= to change it); defective mutants are saved.
 fuzz: $(STAMP)

@@ -1,0 +1,1 @@
+"""`make releases`: every torch release's real `torch.export.load` against pt2serde's verdicts."""
