@@ -39,7 +39,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.db import Database, metadata, models, now, utc, versions
-from app.registry.errors import RegistryFailure
+from app.registry.errors import RegistryFailure, blob_not_found
 from app.settings import Settings
 
 Level = Literal["none", "read", "write", "manage"]
@@ -375,8 +375,9 @@ class Access:
             return {n for n in names if at_least(self._level(conn, identity, n), "read")}
 
     def ensure_blob(self, identity: Identity, digest: str) -> None:
-        """403 unless `identity` may read a model a live version of which refers to the blob
-        (an unknown digest passes: the blob lookup answers it as not found)."""
+        """blob-not-found, as for an unknown digest, unless `identity` may read a model a live
+        version of which refers to the blob (an unknown digest passes: the blob lookup answers
+        it the same way)."""
         if identity.admin:
             return
         with self.db.read() as conn:
@@ -392,7 +393,7 @@ class Access:
                 ).scalars()
             )
             if names and not any(at_least(self._level(conn, identity, n), "read") for n in names):
-                raise AccessFailure("forbidden", f"{identity.principal} may not read that blob")
+                raise blob_not_found(digest)
 
     def grants(self, model: str) -> list[Grant]:
         """A model's grants, by principal."""

@@ -22,7 +22,7 @@ from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.auth import Access, admin_secret
 from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
-from app.registry.errors import RegistryFailure
+from app.registry.errors import RegistryFailure, blob_not_found
 from app.registry.gc import GcReport, Periodic, collect
 from app.registry.ingest import Candidate, prepare
 from app.registry.names import (
@@ -478,7 +478,7 @@ class Registry:
                 .limit(1)
             ).first()
         if row is None:
-            raise RegistryFailure("blob-not-found", f"no version refers to the blob {digest}")
+            raise blob_not_found(digest)
         kind: BlobKind = "archive" if row.archive_digest == digest else "canonical"
         try:
             return kind, self._open(digest, kind == "archive")
