@@ -235,10 +235,8 @@ def list_models(
     after: str | None = None,
 ) -> ModelPage:
     """Models in name order, a page at a time (`after`: the previous page's `next`); only those
-    the caller may read, so a page can be shorter than `limit` and still have a `next`."""
-    page = registry.models(limit, after)
-    readable = registry.access.readable(who.identity, [m.name for m in page.models])
-    return ModelPage(models=[m for m in page.models if m.name in readable], next=page.next)
+    the caller may read (filtered before paging: `next` says nothing of the others)."""
+    return registry.models(limit, after, reader=who.identity)
 
 
 @router.get(

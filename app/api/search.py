@@ -50,7 +50,7 @@ def search_versions(
     ] = None,
 ) -> SearchPage:
     """Versions of every model (or one) that match all the filters given, newest first; only
-    those the caller may read, so a page can be shorter than `limit` and still have a `next`."""
+    those the caller may read (filtered before paging: `next` says nothing of the others)."""
     if model is not None and not has(registry, who, check_model_name(model), "read"):
         # not even a `next`: it would tell whether more of the model's versions match
         return SearchPage(versions=[], next=None)
@@ -67,6 +67,4 @@ def search_versions(
         created_before=created_before,
         include_deleted=include_deleted,
     )
-    page = registry.search(query, limit, after)
-    readable = registry.access.readable(who.identity, sorted({v.model for v in page.versions}))
-    return SearchPage(versions=[v for v in page.versions if v.model in readable], next=page.next)
+    return registry.search(query, limit, after, reader=who.identity)

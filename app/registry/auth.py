@@ -24,12 +24,14 @@ from pydantic import BaseModel
 from sqlalchemy import (
     Boolean,
     Column,
+    ColumnElement,
     Connection,
     DateTime,
     Index,
     String,
     Table,
     delete,
+    exists,
     insert,
     or_,
     select,
@@ -367,12 +369,21 @@ class Access:
         mine: list[Level] = [r.level for r in rows if r.principal in (identity.principal, EVERYONE)]
         return max(mine, key=LEVELS.index, default="none")
 
-    def readable(self, identity: Identity, names: list[str]) -> set[str]:
-        """The models among `names` that `identity` may read."""
+    def may_read(self, identity: Identity, name: ColumnElement[str]) -> ColumnElement[bool] | None:
+        """`_level`'s rule as SQL on a column of model names: whether `identity` may read the
+        model (None for an admin, who reads all), so listings filter before they page and a
+        page's `next` says nothing of models the caller cannot see."""
         if identity.admin:
-            return set(names)
-        with self.db.read() as conn:
-            return {n for n in names if at_least(self._level(conn, identity, n), "read")}
+            return None
+        grant = model_permissions.c
+        granted = exists().where(
+            grant.model == name,
+            grant.principal.in_((identity.principal, EVERYONE)),
+            grant.level.in_([level for level in LEVELS if at_least(level, "read")]),
+        )
+        if not at_least(self.default, "read"):
+            return granted
+        return or_(~exists().where(grant.model == name), granted)
 
     def ensure_blob(self, identity: Identity, digest: str) -> None:
         """blob-not-found, as for an unknown digest, unless `identity` may read a model a live

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import (
     Column,
+    ColumnElement,
     Connection,
     ForeignKey,
     Row,
@@ -115,9 +116,12 @@ def _conditions(query: SearchQuery) -> list[Any]:
     return where
 
 
-def statement(query: SearchQuery, limit: int, after: int | None) -> Select[Any]:
-    """The versions (with their model's name as ``model_name``) matching `query`, newest
-    first, `limit` of them after the cursor `after` (a previous page's `next`)."""
+def statement(
+    query: SearchQuery, limit: int, after: int | None, visible: ColumnElement[bool] | None = None
+) -> Select[Any]:
+    """The versions (with their model's name as ``model_name``) matching `query` and, when
+    given, the condition `visible` on their model, newest first, `limit` of them after the
+    cursor `after` (a previous page's `next`)."""
     if (
         query.created_after is not None
         and query.created_before is not None
@@ -133,6 +137,8 @@ def statement(query: SearchQuery, limit: int, after: int | None) -> Select[Any]:
     )
     if after is not None:
         found = found.where(versions.c.id < after)
+    if visible is not None:
+        found = found.where(visible)
     return found
 
 
@@ -141,10 +147,15 @@ Infos = Callable[[Connection, str, Sequence[Row[Any]]], list[VersionInfo]]
 
 
 def find(
-    conn: Connection, query: SearchQuery, limit: int, after: int | None, infos: Infos
+    conn: Connection,
+    query: SearchQuery,
+    limit: int,
+    after: int | None,
+    infos: Infos,
+    visible: ColumnElement[bool] | None = None,
 ) -> SearchPage:
-    """One page of the versions matching `query`, read by `infos`."""
-    rows = list(conn.execute(statement(query, limit + 1, after)))
+    """One page of the versions matching `query` (and `visible`), read by `infos`."""
+    rows = list(conn.execute(statement(query, limit + 1, after, visible)))
     page = rows[:limit]
     by_model: dict[str, list[Row[Any]]] = {}
     for row in page:

@@ -19,7 +19,7 @@ from app import operations as ops
 from app.archive import open_archive
 from app.registry import labels, objects, outbox, quotas, storing
 from app.registry.audit import SYSTEM, Actor, Change, record
-from app.registry.auth import Access, admin_secret
+from app.registry.auth import Access, Identity, admin_secret
 from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
 from app.registry.errors import RegistryFailure, blob_not_found
@@ -349,13 +349,18 @@ class Registry:
 
     # ------------------------------------------------------------ reads
 
-    def models(self, limit: int = 100, after: str | None = None) -> ModelPage:
-        """A page of models in name order."""
+    def models(
+        self, limit: int = 100, after: str | None = None, reader: Identity | None = None
+    ) -> ModelPage:
+        """A page of models in name order (of those `reader` may read, when given)."""
         limit = max(1, min(limit, MAX_PAGE))
         if after is not None:
             check_text(after, "paging cursor", 1000)
         with self.db.read() as conn:
             query = select(models).order_by(models.c.name).limit(limit + 1)
+            visible = None if reader is None else self.access.may_read(reader, models.c.name)
+            if visible is not None:
+                query = query.where(visible)
             if after is not None:
                 query = query.where(models.c.name > after)
             rows = list(conn.execute(query))
@@ -426,10 +431,19 @@ class Registry:
             infos = self._infos(conn, name, rows[:limit])
         return VersionPage(versions=infos, next=infos[-1].version if len(rows) > limit else None)
 
-    def search(self, query: SearchQuery, limit: int = 100, after: int | None = None) -> SearchPage:
-        """Versions of every model matching `query`, newest first, a page at a time."""
+    def search(
+        self,
+        query: SearchQuery,
+        limit: int = 100,
+        after: int | None = None,
+        reader: Identity | None = None,
+    ) -> SearchPage:
+        """Versions of every model matching `query` (of those `reader` may read, when given),
+        newest first, a page at a time."""
+        visible = None if reader is None else self.access.may_read(reader, models.c.name)
         with self.db.read() as conn:
-            return find(conn, query, max(1, min(limit, MAX_PAGE)), after, self._infos)
+            page = max(1, min(limit, MAX_PAGE))
+            return find(conn, query, page, after, self._infos, visible)
 
     def version(self, name: str, ref: str) -> VersionInfo:
         """A version's metadata, deleted or not; `ref` is a number, an alias or ``latest``."""

@@ -365,6 +365,26 @@ def test_every_route_answers_every_role(org: Org) -> None:
     probe = "/v1/search?model=m&include_deleted=true&limit=1"
     assert org.admin("GET", probe).json()["next"] is not None
     assert nobody.get(probe).json() == {"versions": [], "next": None}
+    # nor does any other filter or the model list: permissions apply before paging
+    digest = org.admin("GET", "/v1/models/m/versions/1").json()["digests"]["program"]
+    for probe in (
+        "/v1/search?pushed_by=admin&include_deleted=true&limit=1",
+        "/v1/search?limit=1&include_deleted=true",
+        f"/v1/search?program_digest={digest}&include_deleted=true&limit=1",
+    ):
+        more = org.admin("GET", probe).json()
+        assert more["versions"], probe
+        assert more["next"] is not None or "program_digest" in probe, probe
+        assert nobody.get(probe).json() == {"versions": [], "next": None}, probe
+    org.admin("PUT", "/v1/models/m2/permissions/admin", json={"level": "manage"})
+    org.changes.append(("admin", "permission.set", "models/m2/permissions/admin"))
+    pushed = org.admin("POST", "/v1/models/m2/versions", content=org.archive, headers=ZIP)
+    org.changes.append(("admin", "version.push", f"models/m2/versions/{pushed.json()['version']}"))
+    assert org.admin("GET", "/v1/models?limit=1").json()["next"] is not None
+    assert reader.get("/v1/models?limit=1").json() == {
+        "models": reader.get("/v1/models").json()["models"],
+        "next": None,
+    }
 
     rows = _audit(org)
     found = Counter((r["actor"], r["action"], r["target"]) for r in rows)
