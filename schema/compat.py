@@ -27,6 +27,7 @@ from schema.errors import SchemaError
 from schema.history import RELEASES, format_version, versions
 from schema.io import load
 from schema.models import ENUMS, UNIONS, SchemaVersion
+from schema.readers import READERS
 
 
 class UnknownMode(SchemaError):
@@ -356,31 +357,137 @@ def used_features(doc: BaseModel) -> dict[str, Use]:
     return found
 
 
+Policy = Literal["fatal", "skip"]
+
+
+def present_keys(doc: BaseModel) -> dict[str, Version | None]:
+    """Every struct key the document holds (``Type.field``) with the version it appeared in,
+    None for a key no known version declares. What torch writes holds every field, defaults too
+    (its `_dataclass_to_dict`), as ours does; a parsed document holds the keys its bytes held."""
+    found: dict[str, Version | None] = {}
+    stack: list[Any] = [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, BaseModel):
+            if not isinstance(value, Arm):
+                given = value.model_fields_set
+                for f in _plan(type(value)):
+                    item = getattr(value, f.name)
+                    if f.name in given or f.default is _NO_DEFAULT or item != f.default:
+                        found.setdefault(f.path, f.since)
+                for key in value.__pydantic_extra__ or {}:
+                    found.setdefault(f"{type(value).__name__}.{key}", None)
+            stack.extend(v for v in value.__dict__.values() if isinstance(v, _WALKED))
+        elif isinstance(value, list | dict):
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend(item for item in items if isinstance(item, _WALKED))
+    return found
+
+
+@dataclass(frozen=True)
+class DocumentUse:
+    """What a reader meets in a document: its major, the features it uses, the keys it holds."""
+
+    major: int | None
+    used: dict[str, Use]
+    present: dict[str, Version | None]
+
+
+def document_use(doc: BaseModel) -> DocumentUse:
+    """The parts of `doc` (an ExportedProgram) that decide which readers load it."""
+    declared = getattr(doc, "schema_version", None)
+    major = declared.major if isinstance(declared, SchemaVersion) else None
+    return DocumentUse(major, used_features(doc), present_keys(doc))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Whether the reader of one torch release loads a document, and what it loses or why not."""
+
+    readable: bool
+    #: fields it reads past, their values lost (``Node.name``), only when readable
+    ignoring: tuple[str, ...]
+    #: why it fails, when not readable
+    reasons: tuple[str, ...]
+    #: the ignored fields, each with the version it appeared in (for messages)
+    ignored_since: tuple[tuple[str, Version], ...] = ()
+
+
+def reading(use: DocumentUse, version: Version, unknown_keys: Policy, release: str) -> Reading:
+    """What the reader of `release` (writing schema `version`, `unknown_keys` its policy on keys
+    it does not declare) makes of a document: a major other than its own, an unknown union arm
+    or enum value fail in every release; an unknown key fails up to torch 2.8 (`cls(**data)`)
+    and is skipped from 2.9, its value lost."""
+    if use.major is not None and version[0] != use.major:
+        # its version check refuses the document before reading any of it
+        major = (
+            f"it writes schema {format_version(version)} and refuses documents of another major "
+            f"(this one is {use.major}.x)"
+        )
+        return Reading(False, (), (major,))
+    reasons: list[str] = []
+    if unknown_keys == "fatal":
+        unknown = sorted(
+            ((since is None, since or version, path) for path, since in use.present.items()),
+        )
+        reasons += [
+            f"unknown key {path}{'' if newest else f' (since {format_version(since)})'}: "
+            f"torch {release}'s reader refuses keys it does not know"
+            for newest, since, path in unknown
+            if newest or since > version
+        ]
+    missing = _unknown(version, use.used)
+    failing = [(since, path, kind) for since, path, kind in missing if kind != "field"]
+    if failing:
+        lacks = "; ".join(
+            f"{path} (since {format_version(since)}; {_EFFECT[kind]})"
+            for since, path, kind in failing
+        )
+        reasons.append(f"schema {format_version(version)} lacks {lacks}")
+    if reasons:
+        return Reading(False, (), tuple(reasons))
+    ignored = tuple((path, since) for since, path, kind in missing if kind == "field")
+    return Reading(True, tuple(path for path, _ in ignored), (), ignored)
+
+
+def reader_policy(release: str) -> Policy:
+    """The policy of `release`'s reader on keys it does not know (`schema.readers`, generated
+    from each release): "fatal" where no release of its minor is in the table and it is older."""
+    minor = ".".join(release.split(".")[:2])
+    found = READERS.get(minor)
+    if found is not None:
+        return found
+    newer = [m for m in READERS if _minor_key(m) > _minor_key(minor)]
+    return "fatal" if newer else "skip"
+
+
+def _minor_key(minor: str) -> tuple[int, int]:
+    major, _, rest = minor.partition(".")
+    return int(major), int(rest)
+
+
 def compat(doc: BaseModel | bytes | str) -> Compat:
     """The oldest schema version and the torch releases that read `doc` (an ExportedProgram)."""
     model = load(doc) if isinstance(doc, bytes | str) else doc
-    used = used_features(model)
-    declared = getattr(model, "schema_version", None)
-    major = declared.major if isinstance(declared, SchemaVersion) else None
-    floor = sorted(v for v in RELEASES if v[0] == major)[:1]
-    need = max([u.since for u in used.values()] + floor, default=FIRST_KNOWN)
+    use = document_use(model)
+    floor = sorted(v for v in RELEASES if v[0] == use.major)[:1]
+    need = max([u.since for u in use.used.values()] + floor, default=FIRST_KNOWN)
     readable: list[str] = []
     not_readable: list[tuple[str, str]] = []
     ignoring: list[tuple[str, str]] = []
     for v, releases in sorted(RELEASES.items()):
-        reason = _unreadable(v, major, used)
-        ignored = _ignored(v, used) if reason is None else None
         for release in releases:
-            if reason is not None:
-                not_readable.append((release, reason))
-            elif ignored is not None:
-                ignoring.append((release, ignored))
+            read = reading(use, v, reader_policy(release), release)
+            if not read.readable:
+                not_readable.append((release, "; ".join(read.reasons)))
+            elif read.ignoring:
+                ignoring.append((release, ignoring_message(v, read)))
             else:
                 readable.append(release)
-    features = sorted(used.items(), key=lambda item: (item[1].since, item[0]))
+    features = sorted(use.used.items(), key=lambda item: (item[1].since, item[0]))
     return Compat(
         min_version=format_version(need),
-        features=[(path, format_version(use.since)) for path, use in features],
+        features=[(path, format_version(u.since)) for path, u in features],
         readable_by=readable,
         not_readable_by=not_readable,
         read_ignoring=ignoring,
@@ -394,27 +501,10 @@ def _unknown(v: Version, used: dict[str, Use]) -> list[tuple[Version, str, Featu
     )
 
 
-def _unreadable(v: Version, major: int | None, used: dict[str, Use]) -> str | None:
-    if major is not None and v[0] != major:
-        return (
-            f"it writes schema {format_version(v)} and refuses documents of another major "
-            f"(this one is {major}.x)"
-        )
-    missing = _unknown(v, used)
-    if all(kind == "field" for _, _, kind in missing):
-        # torch's reader skips keys its dataclasses do not declare: the rest reads fine.
-        return None
-    lacks = "; ".join(
-        f"{path} (since {format_version(since)}; {_EFFECT[kind]})" for since, path, kind in missing
+def ignoring_message(v: Version, read: Reading) -> str:
+    """The fields a reader of `v` skips, losing them, as one sentence."""
+    fields = ", ".join(
+        f"{path} (since {format_version(since)})" for path, since in read.ignored_since
     )
-    return f"schema {format_version(v)} lacks {lacks}"
-
-
-def _ignored(v: Version, used: dict[str, Use]) -> str | None:
-    """The fields newer than `v` a document uses, which a reader of `v` skips, losing them."""
-    newer = _unknown(v, used)
-    if not newer:
-        return None
-    fields = ", ".join(f"{path} (since {format_version(since)})" for since, path, _ in newer)
-    lost = "its value is" if len(newer) == 1 else "their values are"
+    lost = "its value is" if len(read.ignored_since) == 1 else "their values are"
     return f"reads it, ignoring {fields}, which schema {format_version(v)} lacks: {lost} lost"

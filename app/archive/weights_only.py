@@ -1,7 +1,7 @@
 """torch's `weights_only` unpickler as a pickle-machine policy: its rules, generated from the pinned
-torch into `weights_only_globals.json` (the opcodes it runs, the globals it resolves, the Python 2
-name mappings and blocked modules it applies first, what REDUCE, NEWOBJ, BUILD, APPEND and SETITEM
-may act on, the persistent ids of storages).
+torch into its release's rules file (`app.releases`: the opcodes it runs, the globals it
+resolves, the Python 2 name mappings and blocked modules it applies first, what REDUCE, NEWOBJ,
+BUILD, APPEND and SETITEM may act on, the persistent ids of storages).
 
 Where torch would call a function, we model the function: the rebuild functions `torch.save`
 writes (tensors, parameters, subclasses with Python state, sizes, devices, dtypes, layouts, bytes,
@@ -14,17 +14,15 @@ refused as "not proven": stricter than torch, never looser.
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from app.archive.pickle_machine import Machine
 from app.archive.pickle_symbols import Global, Instance, PickleRefused, Policy, describe
+from app.releases import installed
 
 #: the opcodes torch's weights_only unpickler runs (everything else is "Unsupported operand")
 TORCH_OPCODES = frozenset(
@@ -54,7 +52,7 @@ _UNTYPED = "torch.storage.UntypedStorage"
 
 @dataclass(frozen=True)
 class Rules:
-    """torch's weights_only rules as generated data (`weights_only_globals.json`)."""
+    """torch's weights_only rules as generated data (a release's rules file, `app.releases`)."""
 
     allowed: dict[str, dict[str, Any]]
     user_allowed: dict[str, dict[str, Any]]
@@ -72,10 +70,10 @@ class Rules:
 
 @functools.cache
 def rules() -> Rules:
-    """The rules of the pinned torch, read once from the package data."""
-    raw = orjson.loads(
-        importlib.resources.files("app.archive").joinpath("weights_only_globals.json").read_bytes()
-    )
+    """The rules of the pinned torch, read once from its release's rules file."""
+    raw = installed().weights_only()
+    if raw is None:
+        raise RuntimeError(f"torch {installed().release}'s rules hold no weights_only globals")
     return Rules(
         allowed=raw["allowed"],
         user_allowed=raw["user_allowed"],

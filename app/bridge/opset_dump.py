@@ -1,6 +1,7 @@
-"""Write the operator registry (`app/programs/opset.json.gz`) from the installed torch.
+"""The operator registry of the running torch, as plain data (part of a release's rules file).
 
-`python -m app.bridge.opset_dump <out>` (`make opset`). What is recorded is what a fresh process
+`app/bridge/release_dump.py` calls it in a fresh process of each release's venv (torch and the
+standard library only, so it runs in any of them). What is recorded is what a fresh process
 resolves when it runs `torch.export.load`: everything registered by `import torch` plus the
 imports of torch's export deserializer (`torch._export.serde.serialize`, which adds e.g.
 `c10d_functional`, `fsdp`, `streams`, and the triton/trace HOPs). Nothing else is imported, so
@@ -18,16 +19,12 @@ deserializer resolves the written name back to the same callable).
 from __future__ import annotations
 
 import ast
-import gzip
 import inspect
 import re
-import sys
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import orjson
 import torch
 from torch._export.serde import serialize as torch_serde
 from torch._export.verifier import Verifier
@@ -68,12 +65,6 @@ def registry() -> dict[str, Any]:
         "python_targets": sorted(_python_targets()),
         "attributes": _attributes(),
     }
-
-
-def dump(path: Path) -> None:
-    """Write the registry as gzip-compressed JSON with a zero mtime (reproducible bytes)."""
-    data = orjson.dumps(registry(), option=orjson.OPT_SORT_KEYS)
-    path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
 
 
 # ---------------------------------------------------------------- schemas
@@ -348,9 +339,3 @@ def _resolve(dotted: str) -> Any:
     for name in names:
         found = getattr(found, name)
     return found
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m app.bridge.opset_dump <out.json.gz>")
-    dump(Path(sys.argv[1]))

@@ -1,20 +1,18 @@
-"""Write the rules of torch's `weights_only` unpickler as data: `weights_only_globals.json`.
+"""The rules of the running torch's `weights_only` unpickler, as plain data.
 
-Run `python -m app.bridge.weights_only_dump app/archive/weights_only_globals.json`. The pickle
-machine in `app.archive` reads that file and never imports torch;
-`tests/bridge/test_weights_only_current.py` fails when it is stale. The user-allowed globals are
-those registered once `torch.export.load` has imported what it needs (torch._dynamo and
-torch.distributed register theirs on import), the context sample inputs are read in.
+Part of a release's rules file (`app/bridge/release_dump.py`, torch and the standard library
+only). The pickle machine in `app.archive` reads them and never imports torch; the installed
+release's file is kept current by `tests/bridge/test_release_rules_current.py`. The
+user-allowed globals are those registered once `torch.export.load` has imported what it needs
+(torch._dynamo and torch.distributed register theirs on import), the context sample inputs are
+read in.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 from typing import Any
 
-import orjson
 import torch
 import torch._dynamo  # noqa: F401  (registers its safe globals, as torch.export.load does)
 import torch._weights_only_unpickler as weights_only
@@ -88,21 +86,3 @@ def rules() -> dict[str, Any]:
         "layouts": layouts,
         "tensor_attributes": sorted(set(dir(torch.nn.Parameter)) | set(dir(torch.Tensor))),
     }
-
-
-def dump() -> bytes:
-    """The JSON file's bytes: sorted keys, two-space indent, final newline."""
-    return orjson.dumps(rules(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-
-
-def main(argv: list[str]) -> int:
-    """Write the rules to the path given as the only argument."""
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m app.bridge.weights_only_dump <out.json>\n")
-        return 2
-    Path(argv[0]).write_bytes(dump())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

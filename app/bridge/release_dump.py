@@ -1,0 +1,171 @@
+"""Write the rules of the running torch release: one gzip JSON file (`app/releases/data/`).
+
+Runs by path in any venv that holds torch, nothing else (the release venvs hold torch and
+numpy): `<venv>/bin/python app/bridge/release_dump.py <out.json.gz>`; `make releases-rules` runs
+it in each release's venv through `app.releases.generate`. It records what that release does,
+never what we believe of it:
+
+- the schema version its serializer writes (`torch._export.serde.schema.SCHEMA_VERSION`);
+- its reader's policy, probed: a tiny program is exported and serialized by this release, then
+  deserialized again with an unknown key (at the top and in a node), an unknown union arm and
+  an unknown enum value written into it; each either loads ("skip") or fails ("fatal");
+- the operator registry (`opset_dump`) and the `weights_only` rules (`weights_only_dump`), both
+  read in a fresh process that has only loaded that program with `torch.export.load`, which is
+  what a consumer's process holds when it reads a program.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._export.serde import schema as torch_schema
+from torch._export.serde import serialize as torch_serde
+
+try:
+    from app.bridge import opset_dump, weights_only_dump
+except ImportError:  # by path in a release venv, without the app's dependencies: the siblings
+    import opset_dump  # type: ignore[import-not-found,no-redef]
+    import weights_only_dump  # type: ignore[import-not-found,no-redef]
+
+#: Version of the rules file's layout (`app.releases.FORMAT` reads it).
+FORMAT = 2
+#: The unknown names the probes write (no release knows them).
+_PROBE = "pt2serde_probe"
+_AFTER_LOAD = "--after-load"
+
+
+class _Probed(torch.nn.Module):
+    """A linear layer and a `torch.cond`: parameters, a higher-order op and its subgraphs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        out: torch.Tensor = torch.cond(y.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (y,))
+        return out
+
+
+def rules(archive: Path) -> dict[str, Any]:
+    """This release's rules; `archive` receives the probe program as `torch.export.save` writes
+    it (the registry is read after loading it)."""
+    exported = torch.export.export(_Probed(), (torch.randn(2, 3),))
+    torch.export.save(exported, str(archive))
+    artifact = torch_serde.serialize(exported)
+    doc = json.loads(artifact.exported_program)
+    _load(artifact, doc)  # the baseline must load, so a failing probe fails for its change alone
+    reader = {name: _probe(artifact, doc, change) for name, change in _CHANGES.items()}
+    after_load = subprocess.run(
+        [sys.executable, __file__, _AFTER_LOAD, str(archive)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    loaded = json.loads(after_load.stdout)
+    return {
+        "format": FORMAT,
+        "release": torch.__version__.split("+")[0],
+        "torch": torch.__version__,
+        "schema_version": list(torch_schema.SCHEMA_VERSION),
+        "source": (
+            f"dumped under torch {torch.__version__} by app/bridge/release_dump.py: the registry "
+            "after torch.export.load of a probe program, the reader probed by deserializing it "
+            "with an unknown key, union arm and enum value"
+        ),
+        "reader": reader,
+        "opset": loaded["opset"],
+        "weights_only": loaded["weights_only"],
+    }
+
+
+def _load(artifact: Any, doc: dict[str, Any]) -> None:
+    changed = torch_serde.SerializedArtifact(
+        json.dumps(doc).encode(),
+        artifact.state_dict,
+        artifact.constants,
+        artifact.example_inputs,
+    )
+    torch_serde.deserialize(changed)
+
+
+def _probe(artifact: Any, doc: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> Any:
+    """ "skip" when the release loads the changed document, else "fatal" with its error."""
+    changed = copy.deepcopy(doc)
+    change(changed)
+    try:
+        _load(artifact, changed)
+    except Exception as error:  # noqa: BLE001  (any failure to load is the answer)
+        return {"policy": "fatal", "error": f"{type(error).__name__}: {error}".splitlines()[0]}
+    return {"policy": "skip"}
+
+
+def _first_node(doc: dict[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = doc["graph_module"]["graph"]["nodes"][0]
+    return node
+
+
+def _top_key(doc: dict[str, Any]) -> None:
+    doc[_PROBE] = 1
+
+
+def _node_key(doc: dict[str, Any]) -> None:
+    _first_node(doc)[_PROBE] = 1
+
+
+def _arm(doc: dict[str, Any]) -> None:
+    argument = _first_node(doc)["inputs"][0]["arg"]
+    (value,) = argument.values()
+    argument.clear()
+    argument[f"as_{_PROBE}"] = value
+
+
+def _enum(doc: dict[str, Any]) -> None:
+    meta = next(iter(doc["graph_module"]["graph"]["tensor_values"].values()))
+    meta["dtype"] = 999
+
+
+_CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "unknown_key": _top_key,
+    "unknown_node_key": _node_key,
+    "unknown_arm": _arm,
+    "unknown_enum_value": _enum,
+}
+
+
+def _after_load(archive: Path) -> dict[str, Any]:
+    torch.export.load(str(archive))
+    return {"opset": opset_dump.registry(), "weights_only": weights_only_dump.rules()}
+
+
+def dump(out: Path) -> None:
+    """Write the rules as gzip-compressed JSON: sorted keys, zero mtime (reproducible bytes)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        data = rules(Path(scratch) / "probe.pt2")
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    out.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+
+
+def main(argv: list[str]) -> int:
+    """`<out.json.gz>`: write the rules; `--after-load <archive>`: the registry part, as JSON."""
+    if len(argv) == 2 and argv[0] == _AFTER_LOAD:
+        sys.stdout.write(json.dumps(_after_load(Path(argv[1])), sort_keys=True))
+        return 0
+    if len(argv) != 1:
+        sys.stderr.write("usage: python app/bridge/release_dump.py <out.json.gz>\n")
+        return 2
+    dump(Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

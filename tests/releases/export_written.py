@@ -1,0 +1,63 @@
+"""Export the programs of `tests/data/releases/written/` in the running torch release.
+
+Run by path in a release venv (torch only): `<venv>/bin/python tests/releases/export_written.py
+<out dir>`. Each program calls operators its release has and another lacks: 2.13.0 `aten::qr`
+and `aten::cholesky` (removed in 2.14), 2.14.1 `aten::linalg_polar` and `linalg_matrix_sqrth`
+(new in 2.14), 2.15.0 `aten::_philox_randint` (new in 2.15).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+
+class QrCholesky(torch.nn.Module):
+    """`torch.qr` and `torch.cholesky`, which torch 2.14 no longer registers."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, r = torch.ops.aten.qr.default(x)
+        spd = x @ x.mT + torch.eye(x.shape[-1])
+        return q + r, torch.ops.aten.cholesky.default(spd)
+
+
+class Polar(torch.nn.Module):
+    """The polar decomposition and the Hermitian square root, new in torch 2.14."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        u, h = torch.ops.aten.linalg_polar.default(x)
+        spd = x @ x.mT + torch.eye(x.shape[-1])
+        return u @ h, torch.ops.aten.linalg_matrix_sqrth.default(spd)
+
+
+class PhiloxRandint(torch.nn.Module):
+    """Counter-based random integers, new in torch 2.15."""
+
+    def forward(self, x: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._philox_randint.default(x, key, 0, 10) + x
+
+
+PROGRAMS = {
+    "2.13": ("qr_cholesky", QrCholesky, lambda: (torch.randn(3, 3),)),
+    "2.14": ("linalg_polar", Polar, lambda: (torch.randn(3, 3),)),
+    "2.15": (
+        "philox_randint",
+        PhiloxRandint,
+        lambda: (torch.zeros(4, dtype=torch.int64), torch.zeros(2, dtype=torch.uint64)),
+    ),
+}
+
+
+def main(out: Path) -> None:
+    """Export this release's program into `out/torch-<release>-<name>.pt2`."""
+    torch.manual_seed(0)
+    release = torch.__version__.split("+")[0]
+    name, module, inputs = PROGRAMS[".".join(release.split(".")[:2])]
+    exported = torch.export.export(module(), inputs())
+    torch.export.save(exported, str(out / f"torch-{release}-{name}.pt2"))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

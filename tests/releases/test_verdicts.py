@@ -1,0 +1,80 @@
+"""Which releases load a document: verdicts against real loads, reader policies, operators."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+import schema
+from app.releases import releases, verdicts
+from tests.releases.written import document
+
+#: What `torch.export.load` did with each written program in real installs of these releases
+#: (tests/data/releases/written/README.md): True = loaded.
+REAL_LOADS: dict[str, dict[str, bool]] = {
+    "torch-2.13.0-qr_cholesky": {"2.9.1": True, "2.13.0": True, "2.14.1": False, "2.15.0": False},
+    "torch-2.14.1-linalg_polar": {"2.9.1": False, "2.13.0": False, "2.14.1": True, "2.15.0": True},
+    "torch-2.15.0-philox_randint": {
+        "2.9.1": False,
+        "2.13.0": False,
+        "2.14.1": False,
+        "2.15.0": True,
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_LOADS))
+def test_verdicts_agree_with_real_loads(name: str) -> None:
+    found = {v.release: v for v in verdicts(document(name))}
+    assert list(found) == list(releases())
+    for release, loaded in REAL_LOADS[name].items():
+        assert found[release].readable == loaded, (release, found[release])
+        assert bool(found[release].reasons) != loaded
+
+
+def test_why_a_release_cannot_read_a_program() -> None:
+    qr = {v.release: v for v in verdicts(document("torch-2.13.0-qr_cholesky"))}
+    assert qr["2.14.1"].reasons == (
+        "aten::cholesky: torch 2.14.1 has no such operator",
+        "aten::qr: torch 2.14.1 has no such operator",
+    )
+    polar = {v.release: v for v in verdicts(document("torch-2.14.1-linalg_polar"))}
+    assert polar["2.13.0"].reasons == (
+        "aten::linalg_matrix_sqrth: torch 2.13.0 has no such operator",
+        "aten::linalg_polar: torch 2.13.0 has no such operator",
+    )
+    philox = {v.release: v for v in verdicts(document("torch-2.15.0-philox_randint"))}
+    # torch 2.9.1 fails on the uint64 dtype (KeyError: 35) before it meets the operator
+    assert any("ScalarType.UINT64" in r for r in philox["2.9.1"].reasons), philox["2.9.1"]
+
+
+def test_an_8_17_document_is_read_from_2_9_ignoring_node_names(zoo_json: dict[str, bytes]) -> None:
+    found = {v.release: v for v in verdicts(schema.load(zoo_json["conv"]))}
+    for strict in ("2.6.0", "2.7.1", "2.8.0"):
+        assert not found[strict].readable
+        assert (
+            f"unknown key Node.name (since 8.17): torch {strict}'s reader refuses keys it does "
+            "not know"
+        ) in found[strict].reasons
+    for skipping in ("2.9.1", "2.10.0"):
+        assert found[skipping].readable
+        assert found[skipping].ignoring == ("Node.name",)
+    for newer in ("2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0"):
+        assert found[newer].readable
+        assert found[newer].ignoring == ()
+
+
+def test_an_unknown_key_is_fatal_only_up_to_2_8(zoo_json: dict[str, bytes]) -> None:
+    tree = orjson.loads(zoo_json["conv"])
+    tree["graph_module"]["graph"]["nodes"][0]["from_the_future"] = 1
+    found = {v.release: v for v in verdicts(schema.load(orjson.dumps(tree)))}
+    assert any("unknown key Node.from_the_future:" in r for r in found["2.8.0"].reasons)
+    assert found["2.13.0"].readable
+
+
+def test_another_major_is_refused_by_every_release(zoo_json: dict[str, bytes]) -> None:
+    tree = orjson.loads(zoo_json["conv"])
+    tree["schema_version"]["major"] = 9
+    for v in verdicts(schema.load(orjson.dumps(tree))):
+        assert not v.readable
+        assert v.reasons[0].endswith("refuses documents of another major (this one is 9.x)")
