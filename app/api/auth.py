@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
@@ -44,7 +45,9 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: the problems of missing or invalid credentials (401), and of a route that also checks
 #: permissions (403 too).
 CREDENTIAL_PROBLEMS = ("unauthenticated", "token-expired", "token-revoked")
-AUTH_PROBLEMS = (*CREDENTIAL_PROBLEMS, "forbidden")
+AUTH_PROBLEMS = (*CREDENTIAL_PROBLEMS, "forbidden", "cross-origin-refused")
+#: methods that change nothing, so another site may send them along with an ambient identity
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,34 @@ async def caller(
         identity = await run_in_threadpool(registry.access.authenticate, credentials.credentials)
     elif auth_configured(settings):
         raise AccessFailure("unauthenticated", "send Authorization: Bearer <token>")
+    if identity.token_id is None:
+        _refuse_cross_site(request)
     return Caller(identity, Actor(identity.principal, identity.token_id, request_id, client))
+
+
+def _refuse_cross_site(request: Request) -> None:
+    """An ambient identity (a proxy's header, the open loopback registry's anonymous admin)
+    rides along on whatever a browser sends, a form posted by another site's page included
+    (a form needs no preflight): such a change, which the browser marks as coming from
+    elsewhere (Fetch Metadata first, then Origin), is refused. Clients that are not browsers
+    send neither header and pass; a bearer token is never ambient, so it is not checked."""
+    if request.method in _SAFE_METHODS:
+        return
+    site = request.headers.get("sec-fetch-site")
+    if site is None:
+        origin = request.headers.get("origin")
+        if origin is None or urlsplit(origin).netloc == request.headers.get("host"):
+            return
+        came = f"Origin {origin[:100]!r}"
+    elif site in ("same-origin", "none"):
+        return
+    else:
+        came = f"Sec-Fetch-Site {site[:20]!r}"
+    raise AccessFailure(
+        "cross-origin-refused",
+        f"a {request.method} from another site ({came}) cannot act as the signed-in user; "
+        "send it from this origin, or with a bearer token",
+    )
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

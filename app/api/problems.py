@@ -158,6 +158,14 @@ register(
     invalid_name="A model name, alias, tag or reason is malformed",
     invalid_program="The program is not valid (semantic validation or torch)",
 )
+register(
+    422,
+    unknown_torch_release="No rules are shipped for that torch release",
+    release_archive_layout="That torch release's loader reads an archive layout (pickled weights) "
+    "this service does not write",
+    release_missing_operator="That torch release lacks an operator the program calls",
+    downgrade_refused="That torch release's schema cannot say what the document says",
+)
 register(404, webhook_not_found="No webhook subscription of that id")
 register(
     422,
@@ -180,6 +188,7 @@ register(
 register(
     403,
     forbidden="The caller lacks the permission this needs",
+    cross_origin_refused="A change sent by another site's page was refused",
     alias_protected="The alias is protected: moving or removing it needs manage",
 )
 register(

@@ -184,3 +184,39 @@ def test_times_without_an_offset_and_unresolvable_hosts_are_coded_refusals(
         hook = client.post("/v1/webhooks", json={"url": url, "events": ["version.created"]})
         assert (hook.status_code, hook.json()["code"]) == (422, "invalid-webhook"), url
     assert client.get("/v1/webhooks").json() == {"webhooks": []}
+
+
+def test_another_sites_page_cannot_act_as_the_proxied_user(make_client: Any) -> None:
+    client = make_client(identity_header="X-Forwarded-User", admin_users=("boss",))
+    boss = {"X-Forwarded-User": "boss"}
+    grant = {"level": "manage"}
+    # a form posted by a page on another origin: the browser adds these, the proxy the user
+    for forged in (
+        {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "https://other.testserver"},
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+    ):
+        answer = client.put("/v1/models/m/permissions/eve", json=grant, headers={**boss, **forged})
+        assert (answer.status_code, answer.json()["code"]) == (403, "cross-origin-refused")
+    assert client.get("/v1/models/m/permissions", headers=boss).json() == []
+    assert client.get("/v1/audit", headers=boss).json()["entries"] == []
+    # reads from anywhere, the UI's own requests, and clients that are not browsers pass
+    cross = {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}
+    assert client.get("/v1/whoami", headers={**boss, **cross}).status_code == 200
+    for fine in ({"Sec-Fetch-Site": "same-origin"}, {"Origin": "http://testserver"}, {}):
+        answer = client.put("/v1/models/m/permissions/eve", json=grant, headers={**boss, **fine})
+        assert answer.status_code == 200, (fine, answer.text)
+    # a bearer token is not ambient: it is sent only by code that holds it
+    made = client.post("/v1/tokens", json={"name": "ci", "admin": True}, headers=boss)
+    token = made.json()["secret"]
+    bearer = {"Authorization": f"Bearer {token}", **cross}
+    assert client.put("/v1/models/m/permissions/eve", json=grant, headers=bearer).status_code == 200
+
+
+def test_the_open_loopback_registry_refuses_changes_from_other_sites(make_client: Any) -> None:
+    client = make_client()
+    forged = {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}
+    answer = client.put("/v1/models/m/permissions/eve", json={"level": "read"}, headers=forged)
+    assert (answer.status_code, answer.json()["code"]) == (403, "cross-origin-refused")
+    assert client.get("/v1/audit").json()["entries"] == []
