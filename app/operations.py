@@ -31,6 +31,7 @@ from app.programs.bounds import check_bounds
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
 from app.programs.findings import Finding, Level, Report
+from app.programs.for_release import for_release
 from app.programs.inspect import registry as inspect_views
 from app.programs.inspect.common import graph_weights
 from app.programs.inspect.view import InspectRequest as InspectRequest
@@ -537,13 +538,27 @@ def deserialize_to(
     runner: TorchRunner,
     target: Path,
     model: str | None = None,
-) -> None:
+    for_torch: str | None = None,
+) -> str | None:
     """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from the
     document and the weights (with the document's proven sample inputs, when the weights are its
-    archive's); the worker reads the weights and writes the file itself."""
+    archive's); the worker reads the weights and writes the file itself. With `for_torch`, the
+    archive is the one that torch release loads (`older_schema`), whose schema version is
+    returned; nothing is written when it is refused."""
     doc = buildable(document, weights, settings, model)
+    version = older_schema(doc, for_torch)
     weights = with_sample_inputs(weights, document, settings, model)
-    runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target)
+    runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target, for_torch)
+    return version
+
+
+def older_schema(doc: schema.ExportedProgram, for_torch: str | None) -> str | None:
+    """The schema version of the document written for torch release `for_torch` (None: ours,
+    the document as it is); refused where that release would not read it as `doc` means it
+    (`app.programs.for_release`)."""
+    if for_torch is None:
+        return None
+    return for_release(doc, for_torch)[1].version
 
 
 def buildable(

@@ -226,8 +226,11 @@ def _located(tree: Any, root: str, used: dict[str, Use], target: Version) -> lis
     found: dict[str, str] = {}
     for place in places(tree, describe(CURRENT), root):
         for feature, member in wanted.get(place.type.name, ()):
-            if feature not in found and _holds(place, used[feature], member):
-                found[feature] = pointer(list(place.path))
+            use = used[feature]
+            if feature not in found and _holds(place, use, member):
+                # a field or an arm is pointed at by its key, an enum value where it is
+                at = place.path if use.kind == "enum" else (*place.path, member)
+                found[feature] = pointer(list(at))
         if len(found) == len(used):
             break
     return [

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
@@ -139,6 +139,10 @@ def serialize(
             "invalid-program",
             "weights-mismatch",
             "weights-missing",
+            "unknown-torch-release",
+            "release-archive-layout",
+            "release-missing-operator",
+            "downgrade-refused",
             *WORK_PROBLEMS,
         ),
     },
@@ -150,15 +154,22 @@ def deserialize(
     work: WorkDep,
     output: OutputDep,
     model: str | None = None,
+    for_torch: Annotated[
+        str | None,
+        Query(
+            description="The torch release the archive is for (e.g. 2.10): its schema version "
+            "and archive layout, refused where that release would read the program differently"
+        ),
+    ] = None,
 ) -> Response:
     """A document (JSON, or an archive's) and safetensors weights -> a loadable .pt2."""
     document = _job_upload(upload.one("document", "file"))
     weights = _weights_part(upload)
     checked = output.with_name("document.json")  # in the output's folder, removed with it
     given = weights.path if weights else None
-    tensors = work.run(jobs.job_buildable, document, settings, model, given, checked)
+    tensors = work.run(jobs.job_buildable, document, settings, model, given, checked, for_torch)
     # the answer is sent, then removed: its stored tensors go out from the upload itself
-    segments = pool.submit("job_splice_pt2", checked, tensors, output)
+    segments = pool.submit("job_splice_pt2", checked, tensors, output, for_torch)
     archive = [tensors.archive] if isinstance(tensors.archive, Path) else []
     return SplicedResponse(segments, [output, *archive], ZIP, "program.pt2")
 

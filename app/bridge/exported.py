@@ -37,6 +37,7 @@ from app.bridge.tensors import (
     view_of,
 )
 from app.bridge.torch_schema import to_torch
+from app.programs.for_release import for_release
 from app.programs.screen import refuse_if_unsafe, screen
 from app.programs.semantics import unused_ranges
 from app.settings import Limits
@@ -186,6 +187,7 @@ def write_built(
     tensors: Mapping[str, RawTensor | StreamedTensor],
     target: Path | Sink,
     sample_inputs: bytes | None = None,
+    for_torch: str | None = None,
 ) -> None:
     """Write the .pt2 of the program torch builds from `doc` and `tensors` (see `write_pt2`),
     with the given (proven) sample inputs: it depends on nothing torch makes, so it may be
@@ -194,13 +196,13 @@ def write_built(
     samples = {} if sample_inputs is None else {SAMPLE_INPUTS.format("model"): sample_inputs}
     write_archive(
         target,
-        {"model": saved_document(doc)},
+        {"model": saved_document(doc, for_torch)},
         _saved_tensors(doc, tensors),
         opaque_members=samples,
     )
 
 
-def saved_document(doc: schema.ExportedProgram) -> bytes:
+def saved_document(doc: schema.ExportedProgram, for_torch: str | None = None) -> bytes:
     """The document as torch.export.save writes it for the program torch builds from `doc`.
 
     torch 2.13 writes its serializer's output (the canonical form is only computed as a check),
@@ -211,9 +213,12 @@ def saved_document(doc: schema.ExportedProgram) -> bytes:
     Its loader drops a range whose symbol the graph does not use (`unused_ranges`), so the
     program it builds never writes one. The rest of the document comes out as it went in (the
     bridge tests compare with torch's own save on every zoo program, the benchmark on its
-    decoders).
+    decoders). With `for_torch`, the document is the one that older torch release reads
+    (`for_release`, which the caller has already seen succeed).
     """
-    data = orjson.loads(schema.dump(doc))
+    data = (
+        orjson.loads(schema.dump(doc)) if for_torch is None else for_release(doc, for_torch)[1].tree
+    )
     _as_torch_serializes(data["graph_module"]["graph"])
     for key in unused_ranges(doc):
         data["range_constraints"].pop(key, None)

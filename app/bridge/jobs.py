@@ -31,21 +31,32 @@ def job_ping() -> int:
     return os.getpid()
 
 
-def job_deserialize_to_pt2(doc_json: bytes | Path, tensors: TensorSource, target: Path) -> None:
+def job_deserialize_to_pt2(
+    doc_json: bytes | Path,
+    tensors: TensorSource,
+    target: Path,
+    for_torch: str | None = None,
+) -> None:
     """Write to `target` the .pt2 of the program torch builds from a document (its bytes, or a
     file of them) and its tensors, made durable; fails with what `job_torch_check` reports when
-    torch cannot build it."""
+    torch cannot build it. With `for_torch`, the archive is the one that older torch release
+    loads (`app.programs.for_release`)."""
     samples = tensors.sample_input_bytes()
-    _torch_job(doc_json, tensors, (target, partial(_writer, target, samples)))
+    _torch_job(doc_json, tensors, (target, partial(_writer, target, samples, for_torch)))
 
 
-def job_splice_pt2(doc_json: bytes | Path, tensors: TensorSource, head: Path) -> list[Segment]:
+def job_splice_pt2(
+    doc_json: bytes | Path,
+    tensors: TensorSource,
+    head: Path,
+    for_torch: str | None = None,
+) -> list[Segment]:
     """`job_deserialize_to_pt2` for an answer that is sent, then removed: the .pt2 as segments
     (app.bridge.output.Splicer), the archive's stored tensors left where they are and only what
     the writer makes written to `head` (not made durable: nobody reads it back)."""
     segments: list[Segment] = []
     samples = tensors.sample_input_bytes()
-    splicer = partial(_splicer, head, tensors.archive, samples, segments)
+    splicer = partial(_splicer, head, tensors.archive, samples, for_torch, segments)
     _torch_job(doc_json, tensors, (head, splicer))
     return segments
 
@@ -94,20 +105,25 @@ def _verdict(built: Built, target: Path | None) -> dict[str, Any]:
 
 
 def _writer(
-    target: Path, sample_inputs: bytes | None, doc: schema.ExportedProgram, opened: Opened
+    target: Path,
+    sample_inputs: bytes | None,
+    for_torch: str | None,
+    doc: schema.ExportedProgram,
+    opened: Opened,
 ) -> None:
     """Write the output into its target, the caller's own temporary file, made durable as it
     is written (see app.bridge.output)."""
     from app.bridge.exported import write_built
 
     with durable(target) as out:
-        write_built(doc, opened.streamed(), out, sample_inputs)
+        write_built(doc, opened.streamed(), out, sample_inputs, for_torch)
 
 
 def _splicer(
     head: Path,
     archive: Path | bytes | None,
     sample_inputs: bytes | None,
+    for_torch: str | None,
     segments: list[Segment],
     doc: schema.ExportedProgram,
     opened: Opened,
@@ -118,7 +134,7 @@ def _splicer(
     with durable(head, keep=False) as out:
         splicer = Splicer(out, archive if isinstance(archive, Path) else None)
         try:
-            write_built(doc, opened.streamed(splicer.streamed), splicer, sample_inputs)
+            write_built(doc, opened.streamed(splicer.streamed), splicer, sample_inputs, for_torch)
         except ArchiveFailure as failure:
             raise splicer.refusal(failure) from None
     segments.extend(splicer.segments)

@@ -88,9 +88,16 @@ def _deserialize(args: argparse.Namespace) -> int:
         with source(args, settings) as opened:
             tensors = ops.weights_from(weights, opened, args.model)
             step(args, f"building the program with torch ({len(tensors)} tensors)")
-            ops.deserialize_to(opened, tensors, settings, pool, partial, args.model)
+            version = ops.deserialize_to(
+                opened, tensors, settings, pool, partial, args.model, args.for_torch
+            )
     size = output.stat().st_size
-    emit(args, {"output": args.output, "bytes": size}, f"wrote {args.output} ({size} bytes)")
+    data: dict[str, object] = {"output": args.output, "bytes": size}
+    human = f"wrote {args.output} ({size} bytes)"
+    if version is not None:
+        data |= {"for_torch": args.for_torch, "schema_version": version}
+        human += f" for torch {args.for_torch} (schema {version})"
+    emit(args, data, human)
     return EXIT_OK
 
 
@@ -191,6 +198,12 @@ def register(sub: Subcommands, shared: Parser) -> None:
     de = command("deserialize", _deserialize, "document + weights -> a loadable .pt2")
     de.add_argument("--weights", help="safetensors weights (default: the archive's own)")
     de.add_argument("-o", "--output", required=True, help="the .pt2 to write")
+    de.add_argument(
+        "--for-torch",
+        metavar="RELEASE",
+        help="write the archive this older torch release loads (e.g. 2.10); refused, with "
+        "nothing written, where that release would read the program differently",
+    )
     can = command("canonicalize", _canonicalize, "canonical document bytes and digests")
     can.add_argument("-o", "--output", help="write the canonical bytes here ('-': stdout)")
     command("hash", _canonicalize, "graph, weights and program digests").set_defaults(output=None)

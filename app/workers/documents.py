@@ -151,13 +151,22 @@ def job_check(
 
 
 def job_buildable(
-    upload: Upload, settings: Settings, model: str | None, weights: Path | None, document: Path
+    upload: Upload,
+    settings: Settings,
+    model: str | None,
+    weights: Path | None,
+    document: Path,
+    for_torch: str | None = None,
 ) -> TensorSource:
-    """Refuse what torch may not be asked to build (`operations.buildable`); write the checked
-    document to `document` for the torch job, and say where that job reads the tensors."""
+    """Refuse what torch may not be asked to build (`operations.buildable`), and with
+    `for_torch`, what that release would not read as it is (`operations.older_schema`); write
+    the checked document to `document` for the torch job, and say where that job reads the
+    tensors."""
     with ops.open_source(upload.source, upload.media, settings) as source:
         tensors = ops.weights_from(weights, source, model)
-        document.write_bytes(schema.dump(ops.buildable(source, tensors, settings, model)))
+        doc = ops.buildable(source, tensors, settings, model)
+        ops.older_schema(doc, for_torch)
+        document.write_bytes(schema.dump(doc))
         return ops.with_sample_inputs(tensors, source, settings, model)
 
 
