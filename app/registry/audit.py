@@ -40,6 +40,7 @@ Action = Literal[
     "token.revoke",
     "webhook.create",
     "webhook.delete",
+    "webhook.pause",
 ]
 
 audit_log = Table(

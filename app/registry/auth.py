@@ -369,6 +369,38 @@ class Access:
         mine: list[Level] = [r.level for r in rows if r.principal in (identity.principal, EVERYONE)]
         return max(mine, key=LEVELS.index, default="none")
 
+    def lost_standing(
+        self,
+        principal: str | None,
+        token_id: str | None,
+        model: str | None,
+        admin_users: tuple[str, ...],
+    ) -> str | None:
+        """Why what `principal` made with `token_id` (a webhook subscription to `model`, None
+        for every model's events) may no longer act for them, or None while it may: the token
+        revoked, expired or gone; manage on the model (admin, for every model) lost. What the
+        library or the open registry made stands."""
+        if principal is None or principal in (SYSTEM.principal, ANONYMOUS.principal):
+            return None
+        admin = principal in admin_users
+        with self.db.read() as conn:
+            if token_id is not None:
+                token = conn.execute(select(api_tokens).where(api_tokens.c.id == token_id)).first()
+                if token is None:
+                    return f"its creator's token {token_id} is gone"
+                if token.revoked_at is not None:
+                    return f"its creator's token {token_id} was revoked"
+                if token.expires_at is not None and utc(token.expires_at) <= now():
+                    return f"its creator's token {token_id} expired"
+                admin = bool(token.admin)
+            if admin:
+                return None
+            if model is None:
+                return f"{principal} is not an admin, which every model's events need"
+            if not at_least(self._level(conn, Identity(principal, token_id), model), "manage"):
+                return f"{principal} no longer has manage on {model!r}"
+        return None
+
     def may_read(self, identity: Identity, name: ColumnElement[str]) -> ColumnElement[bool] | None:
         """`_level`'s rule as SQL on a column of model names: whether `identity` may read the
         model (None for an admin, who reads all), so listings filter before they page and a

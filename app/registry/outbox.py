@@ -61,6 +61,11 @@ subscriptions = Table(
     Column("created_at", _TIME, nullable=False),
     Column("created_by", String(256), nullable=True),
     Column("deleted_at", _TIME, nullable=True),
+    #: the API token the creator used (None: a proxy's identity, the open registry, the library)
+    Column("created_token", String(64), nullable=True),
+    #: set when the creator lost what creating it needed: nothing is delivered from then on
+    Column("paused_at", _TIME, nullable=True),
+    Column("paused_reason", Text, nullable=True),
 )
 
 events = Table(
@@ -118,6 +123,7 @@ def record(conn: Connection, kind: EventKind, model: str, data: dict[str, Any]) 
         for row in conn.execute(
             select(subscriptions.c.id, subscriptions.c.events).where(
                 subscriptions.c.deleted_at.is_(None),
+                subscriptions.c.paused_at.is_(None),
                 or_(subscriptions.c.model.is_(None), subscriptions.c.model == model),
             )
         )
@@ -179,6 +185,12 @@ class Claimed:
     created_at: datetime
     url: str
     secret: str
+    subscription_id: str
+    #: who made the subscription, and with which token: rechecked before every delivery
+    created_by: str | None
+    created_token: str | None
+    #: the subscription's model (None: every model's events)
+    subscribed_model: str | None
 
 
 def claim(db: Database, owner: str, limit: int, lease_s: float) -> list[Claimed]:
@@ -225,6 +237,11 @@ def _claimed(conn: Connection, ids: list[int]) -> list[Claimed]:
                 subscriptions.c.url,
                 subscriptions.c.secret,
                 subscriptions.c.deleted_at,
+                subscriptions.c.paused_at,
+                subscriptions.c.id.label("subscription_id"),
+                subscriptions.c.model.label("subscribed_model"),
+                subscriptions.c.created_by,
+                subscriptions.c.created_token,
             )
             .join(events, events.c.id == deliveries.c.event_id)
             .join(subscriptions, subscriptions.c.id == deliveries.c.subscription_id)
@@ -232,9 +249,9 @@ def _claimed(conn: Connection, ids: list[int]) -> list[Claimed]:
             .order_by(deliveries.c.id)
         )
     )
-    gone = [r.id for r in rows if r.deleted_at is not None]
+    gone = [r.id for r in rows if r.deleted_at is not None or r.paused_at is not None]
     if gone:
-        # the subscription was deleted after the event: nobody wants it any more
+        # the subscription was deleted (or paused) after the event: nobody may have it now
         conn.execute(
             update(deliveries)
             .where(deliveries.c.id.in_(gone))
@@ -251,9 +268,13 @@ def _claimed(conn: Connection, ids: list[int]) -> list[Claimed]:
             created_at=r.created_at,
             url=r.url,
             secret=r.secret,
+            subscription_id=r.subscription_id,
+            created_by=r.created_by,
+            created_token=r.created_token,
+            subscribed_model=r.subscribed_model,
         )
         for r in rows
-        if r.deleted_at is None
+        if r.deleted_at is None and r.paused_at is None
     ]
 
 

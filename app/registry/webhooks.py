@@ -35,6 +35,7 @@ from sqlalchemy import func, insert, select, update
 
 from app.registry import outbox
 from app.registry.audit import SYSTEM, Actor, Change, record
+from app.registry.auth import Access
 from app.registry.db import Database, now, utc
 from app.registry.destinations import Destinations
 from app.registry.errors import RegistryFailure
@@ -57,6 +58,9 @@ class Subscription(BaseModel):
     url: str
     created_at: datetime
     created_by: str | None = None
+    #: when deliveries stopped because the creator lost what the subscription needs, and why
+    paused_at: datetime | None = None
+    paused_reason: str | None = None
 
 
 class CreatedSubscription(Subscription):
@@ -131,6 +135,8 @@ def _row_subscription(row: Any) -> Subscription:
         url=row.url,
         created_at=utc(row.created_at),
         created_by=row.created_by,
+        paused_at=utc(row.paused_at) if row.paused_at is not None else None,
+        paused_reason=row.paused_reason,
     )
 
 
@@ -164,7 +170,7 @@ def create(
     # the secret stays out of the audit log: it is shown to its subscriber only
     after = Subscription(**values).model_dump(mode="json")
     with db.write() as conn:
-        conn.execute(insert(outbox.subscriptions).values(**values))
+        conn.execute(insert(outbox.subscriptions).values(**values, created_token=actor.token_id))
         record(conn, Change(actor, "webhook.create", f"webhooks/{created.id}", model, after=after))
     return created
 
@@ -205,6 +211,41 @@ def remove(db: Database, subscription_id: str, actor: Actor = SYSTEM) -> None:
         before = _row_subscription(row).model_dump(mode="json")
         target = f"webhooks/{subscription_id}"
         record(conn, Change(actor, "webhook.delete", target, row.model, before=before))
+
+
+def pause(db: Database, subscription_id: str, reason: str) -> None:
+    """Stop a subscription's deliveries for good (its pending ones cancelled), audited as the
+    service's own change; pausing a paused or deleted one changes nothing."""
+    table, d = outbox.subscriptions, outbox.deliveries
+    live = (
+        table.c.id == subscription_id,
+        table.c.deleted_at.is_(None),
+        table.c.paused_at.is_(None),
+    )
+    with db.write() as conn:
+        row = conn.execute(select(table).where(*live).with_for_update()).first()
+        if row is None:
+            return
+        stamp = now()
+        conn.execute(update(table).where(*live).values(paused_at=stamp, paused_reason=reason))
+        conn.execute(
+            update(d)
+            .where(d.c.subscription_id == subscription_id, d.c.status == "pending")
+            .values(status="cancelled", claimed_until=None, last_error=f"paused: {reason}")
+        )
+        before = _row_subscription(row)
+        after = before.model_copy(update={"paused_at": stamp, "paused_reason": reason})
+        record(
+            conn,
+            Change(
+                SYSTEM,
+                "webhook.pause",
+                f"webhooks/{subscription_id}",
+                row.model,
+                before=before.model_dump(mode="json"),
+                after=after.model_dump(mode="json"),
+            ),
+        )
 
 
 def deliveries(
@@ -256,6 +297,7 @@ class Dispatcher:
         self.db = db
         self.settings = settings
         self.destinations = Destinations(settings)
+        self.access = Access(db, settings.default_permission)
         self.owner = f"{os.uname().nodename[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     def backoff(self, attempt: int) -> float | None:
@@ -290,8 +332,27 @@ class Dispatcher:
             self.settings.webhook_batch,
             self.settings.webhook_lease_s,
         )
-        await asyncio.gather(*(self._deliver(client, claimed) for claimed in batch))
+        standing = await asyncio.to_thread(self._standing, batch)
+        await asyncio.gather(*(self._deliver(client, claimed) for claimed in standing))
         return len(batch)
+
+    def _standing(self, batch: list[Claimed]) -> list[Claimed]:
+        """The deliveries whose subscription's creator may still have them; the others'
+        subscriptions are paused (audited, shown to the model's managers), their deliveries
+        cancelled: a creator who lost manage, or whose token was revoked, hears nothing more."""
+        lost: dict[str, str | None] = {}
+        for claimed in batch:
+            if claimed.subscription_id not in lost:
+                lost[claimed.subscription_id] = self.access.lost_standing(
+                    claimed.created_by,
+                    claimed.created_token,
+                    claimed.subscribed_model,
+                    self.settings.admin_users,
+                )
+        for sid, reason in lost.items():
+            if reason is not None:
+                pause(self.db, sid, reason)
+        return [c for c in batch if lost[c.subscription_id] is None]
 
     async def _deliver(self, client: httpx.AsyncClient, claimed: Claimed) -> None:
         started, clock = now(), time.monotonic()

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 
 from app.registry import Registry, RegistryFailure
 from app.registry import webhooks as hooks
-from app.registry.audit import AuditQuery, entries
+from app.registry.audit import SYSTEM, Actor, AuditQuery, entries
 from app.registry.db import now
 from app.registry.destinations import Destinations
 from app.registry.outbox import EventKind, attempts, claim, deliveries, record
@@ -205,3 +205,51 @@ def test_subscriptions_check_input_and_delete(registry: Registry) -> None:
     assert rows[1].after is not None
     assert rows[1].after["url"] == "http://127.0.0.1:9/"
     assert created.secret not in str([r.model_dump() for r in rows])
+
+
+@ON_DATABASES
+def test_a_creator_who_loses_manage_or_their_token_hears_nothing_more(registry: Registry) -> None:
+    access = registry.access
+    alice = access.create_token(SYSTEM, "alice", "ci", False, None)
+    bob = access.create_token(SYSTEM, "bob", "ci", False, None)
+    for who in ("alice", "bob"):
+        access.grant(SYSTEM, "vision", who, "manage")
+    allowing = Destinations(registry.settings.model_copy(update=_LOOPBACK_OK))
+    with receiver() as sink:
+        made = {
+            token.owner: hooks.create(
+                registry.db,
+                sink.url,
+                None,
+                "vision",
+                Actor(token.owner, token.id),
+                destinations=allowing,
+            )
+            for token in (alice, bob)
+        }
+        sink.secrets += [m.secret for m in made.values()]
+        _record(registry, ("version.created", "vision"))
+        assert _drain(_dispatcher(registry)) == 2
+        assert len(sink.received) == 2
+        # alice is demoted to read; bob's token is revoked (he keeps manage)
+        access.grant(SYSTEM, "vision", "alice", "read")
+        access.revoke_token(SYSTEM, bob.id)
+        _record(registry, ("tag.changed", "vision"), ("version.deleted", "vision"))
+        assert _drain(_dispatcher(registry)) == 4
+        assert len(sink.received) == 2
+        # later events make no delivery at all
+        _record(registry, ("alias.moved", "vision"))
+        assert hooks.pending(registry.db) == 0
+    reasons = {owner: hooks.get(registry.db, m.id).paused_reason for owner, m in made.items()}
+    assert reasons == {
+        "alice": "alice no longer has manage on 'vision'",
+        "bob": f"its creator's token {bob.id} was revoked",
+    }
+    assert all(s.paused_at is not None for s in hooks.listing(registry.db, "vision"))
+    for owner, sub in made.items():
+        statuses = [d.status for d in hooks.deliveries(registry.db, sub.id).deliveries]
+        assert statuses == ["cancelled", "cancelled", "delivered"], owner
+    paused = entries(registry.db, AuditQuery(model="vision", action="webhook.pause")).entries
+    assert sorted((r.actor, r.target) for r in paused) == sorted(
+        ("system", f"webhooks/{m.id}") for m in made.values()
+    )
