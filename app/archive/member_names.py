@@ -67,3 +67,12 @@ def refuse_duplicate(name: str, previous: str) -> None:
         f"members {show_name(previous)} and {show_name(name)} differ only in case, which "
         "torch's zip reader does not tell apart",
     )
+
+
+def refuse_spellings(name: str, first: bytes, second: bytes) -> None:
+    """archive-duplicate-name for two members whose different bytes read as the same `name`."""
+    raise ArchiveFailure(
+        "archive-duplicate-name",
+        f"two members read as {show_name(name)} but are spelled differently ({first[:40]!r} "
+        f"and {second[:40]!r}): torch's zip reader tells them apart, this reader could not",
+    )

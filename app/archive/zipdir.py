@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from app.archive.errors import ArchiveFailure
-from app.archive.member_names import check_name, common_root, refuse_duplicate, show_name
+from app.archive.member_names import (
+    check_name,
+    common_root,
+    refuse_duplicate,
+    refuse_spellings,
+    show_name,
+)
 from app.settings import Limits, MiB
 
 STORED = 0
@@ -273,6 +279,7 @@ class Directory:
         data = self._src.read_at(cd_offset, cd_size)
         entries: list[_Entry] = []
         folded: dict[bytes, str] = {}
+        texts: dict[str, bytes] = {}
         pos = 0
         for index in range(count):
             if pos + _CENTRAL_STRUCT.size > len(data):
@@ -319,6 +326,10 @@ class Directory:
             previous = folded.setdefault(raw_name.lower(), name)
             if previous is not name:
                 refuse_duplicate(name, previous)
+            # we look members up by their text, torch by their bytes: two spellings of one
+            # text (UTF-8 flagged and cp437, say) would be one member to us and two to torch
+            if texts.setdefault(name, raw_name) is not raw_name:
+                refuse_spellings(name, texts[name], raw_name)
             _check_sizes(name, method, csize, usize, self.limits)
             entries.append(
                 _Entry(name, raw_name, method, flags, crc, csize, usize, offset, mode, zip64)

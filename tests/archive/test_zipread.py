@@ -13,8 +13,10 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+import torch
 
 from app.archive import ArchiveFailure, ZipReader, open_archive
 from app.settings import Limits
@@ -243,6 +245,23 @@ def test_inflation_streams_in_bounded_memory() -> None:
 def test_duplicate_names() -> None:
     data = build([stored("r/a", b"1"), stored("r/a", b"2")])
     refused("archive-duplicate-name", lambda: ZipReader(data))
+
+
+def test_two_spellings_of_one_name_are_refused(tmp_path: Path) -> None:
+    """b"r/\xc3\xa9" flagged UTF-8 and b"r/\x82" in cp437 both read as "r/é": one member to a
+    reader that looks names up by text, two to torch's, which looks them up by bytes."""
+    utf8 = stored("r/\u00e9", b"1")
+    cp437 = stored("r/\u00e9", b"2", flags=0, encoding="cp437")
+    data = build([stored("r/version", b"3"), utf8, cp437])
+    path = tmp_path / "twins.zip"
+    path.write_bytes(data)
+    # torch finds the UTF-8 spelling's bytes; a reader by text would have kept the last one
+    assert torch._C.PyTorchFileReader(str(path)).get_record("\u00e9") == b"1"
+    refused("archive-duplicate-name", lambda: ZipReader(data))
+    # either spelling alone is a member like any other
+    for member in (utf8, cp437):
+        with ZipReader(build([member])) as reader:
+            assert reader.names == ["r/\u00e9"]
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,8 @@ class Member:
     local_method: int | None = None
     local_size: int | None = None
     extra: bytes = field(default=b"")
+    #: how the name is spelled in bytes (cp437, with `flags` 0, for a name without the UTF-8 flag)
+    encoding: str = "utf-8"
 
 
 def stored(name: str, raw: bytes, **overrides: object) -> Member:
@@ -57,7 +59,9 @@ def deflated(name: str, raw: bytes, **overrides: object) -> Member:
 
 def local_header(member: Member) -> bytes:
     """The local header (name and extra included) of a member."""
-    name = (member.local_name if member.local_name is not None else member.name).encode()
+    name = (member.local_name if member.local_name is not None else member.name).encode(
+        member.encoding
+    )
     method = member.method if member.local_method is None else member.local_method
     size = member.size if member.local_size is None else member.local_size
     return (
@@ -81,7 +85,7 @@ def local_header(member: Member) -> bytes:
 
 def central_header(member: Member, offset: int) -> bytes:
     """The central-directory entry of a member whose local header is at `offset`."""
-    name = member.name.encode()
+    name = member.name.encode(member.encoding)
     return (
         CENTRAL.pack(
             b"PK\x01\x02",
