@@ -260,13 +260,16 @@ def unused_ranges(
 ) -> list[str]:
     """The range_constraints keys torch's loader drops ("Symbol ... did not appear in the graph").
 
-    torch 2.13 keeps a range only when its key is the text of an expression it parsed from the
-    graphs' value metadata or of one of its subterms: here, a symbol the metadata names or a
-    whole expression written the same way (torch writes symbols as keys only). Unbacked
-    symbols proven constant (a `.item()` fed to `view`), or the second symbol of a strict
-    `nonzero`, keep a range but leave the graph. `graphs` is
-    `list(walk_graphs(doc.graph_module.graph))` when the caller has it. A key the
-    expression checker refuses is left to the screen.
+    torch 2.13 keeps a range only when its key is the text of an expression, or of a subterm of
+    one, that it parsed from the graphs' value metadata. A symbol key is kept exactly when the
+    metadata names the symbol: unbacked symbols proven constant (a `.item()` fed to `view`),
+    or the second symbol of a strict `nonzero`, keep a range but leave the graph. A derived
+    key (`s17 + 1`, from a derived Dim) is the printed form of a term torch writes in another
+    form (`Add(Symbol('s17', ...), Integer(1))`): it is dropped when it names a symbol the
+    metadata does not (no term could hold it) and kept otherwise, as torch keeps the derived
+    ranges it writes, whose term is some input's size. `graphs` is
+    `list(walk_graphs(doc.graph_module.graph))` when the caller has it. A key the expression
+    checker refuses is left to the screen.
     """
     if not doc.range_constraints:
         return []
@@ -282,10 +285,15 @@ def unused_ranges(
     dropped: list[str] = []
     for key in doc.range_constraints:
         try:
-            check_expression(key)
+            named = check_expression(key).symbols
         except UnsafeExpression:
             continue
-        if key not in texts and not (is_symbol_name(key) and key in symbols):
+        kept = (
+            key in symbols
+            if is_symbol_name(key)
+            else key in texts or bool(named) and named <= symbols
+        )
+        if not kept:
             dropped.append(key)
     return dropped
 
