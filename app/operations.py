@@ -38,6 +38,8 @@ from app.programs.inspect.view import InspectRequest as InspectRequest
 from app.programs.inspect.view import Subject
 from app.programs.screen import pickle_findings, refuse_if_unsafe, screen
 from app.programs.validation import validate_bytes, validate_document
+from app.releases import compat as release_compat
+from app.releases import lacking, lacking_target, releases, rules, running
 from app.settings import Settings
 
 Media = Literal["zip", "json"]
@@ -452,7 +454,7 @@ def compat(source: Source, settings: Settings, model: str | None = None) -> sche
     """Which schema versions and torch releases can read the model's document, as written."""
     raw = source.documents[source.model(model)]
     _refuse_unreadable(raw, settings)
-    return schema.compat(raw)
+    return release_compat(schema.load(raw))
 
 
 # ---------------------------------------------------------------- diff
@@ -583,7 +585,35 @@ def buildable(
             _issues(errors),
         )
     _refuse_without_weights(doc, weights)
+    refuse_operators_not_in(doc, running())
     return doc
+
+
+def refuse_operators_not_in(doc: schema.ExportedProgram, torch_version: str | None) -> None:
+    """Refuse, before torch is asked to build anything, a program that calls an operator (or
+    higher-order operator, or Python target) the workers' torch release lacks, naming the
+    releases that have it; a release we hold no rules for is left to torch."""
+    release = (torch_version or "").split("+")[0]
+    if release not in releases():
+        return
+    absent = lacking(doc, rules(release))
+    if not absent:
+        return
+    issues = [
+        schema.Issue("operator-not-in-release", "", f"{why} ({_having(target)})")
+        for target, why in absent
+    ]
+    raise OperationFailure(
+        "operator-not-in-release",
+        f"the workers run torch {torch_version}, which cannot load this program: "
+        f"{issues[0].message}" + (f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""),
+        issues,
+    )
+
+
+def _having(target: str) -> str:
+    having = [r for r in releases() if not lacking_target(rules(r), target)]
+    return f"torch {', '.join(having)} {'has' if len(having) == 1 else 'have'} it"
 
 
 def _refuse_without_weights(doc: schema.ExportedProgram, weights: TensorSource) -> None:

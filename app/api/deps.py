@@ -33,6 +33,7 @@ class LazyPool(workers.LazyPool):
     def __init__(self, settings: Settings) -> None:
         super().__init__(torch_spec(settings))
         self._ready = False
+        self._torch: str | None = None
 
     def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
         """Run a job of app.bridge.jobs in a worker (see WorkerPool.submit)."""
@@ -45,6 +46,12 @@ class LazyPool(workers.LazyPool):
         if not self._ready:
             self.submit("job_ping")
         return self._ready
+
+    def torch_version(self) -> str:
+        """The torch version a worker runs (`2.15.0+cu132`), as the worker reports it."""
+        if self._torch is None:
+            self._torch = str(self.submit("job_torch_version"))
+        return self._torch
 
 
 def settings_of(request: Request) -> Settings:

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 
 from app.api.deps import PoolDep
 from app.api.problems import problem_responses
+from app.releases import releases
 
 router = APIRouter(tags=["health"])
 
@@ -15,6 +16,10 @@ class Health(BaseModel):
     """A health answer."""
 
     status: str
+    #: the torch version the workers run (`2.15.0+cu132`), in a readiness answer
+    torch: str | None = None
+    #: the release whose rules that torch has (`2.15.0`), or None when we hold none for it
+    torch_release: str | None = None
 
 
 @router.get("/healthz", response_model=Health)
@@ -29,6 +34,11 @@ def healthz() -> Health:
     responses=problem_responses("worker-start-failed", "worker-timeout"),
 )
 def readyz(pool: PoolDep) -> Health:
-    """Ready: a torch worker has imported torch and answers (the first call starts the pool)."""
+    """Ready: a torch worker has imported torch and answers (the first call starts the pool);
+    says which torch it runs."""
     pool.ready()
-    return Health(status="ready")
+    version = pool.torch_version()
+    release = version.split("+")[0]
+    return Health(
+        status="ready", torch=version, torch_release=release if release in releases() else None
+    )

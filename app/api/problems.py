@@ -80,6 +80,7 @@ register(
     invalid_document="The document does not match the schema",
     invalid_description="The schema description cannot be read",
     unknown_compatibility_mode="Unknown compatibility mode",
+    operator_not_in_release="The workers' torch release lacks an operator the program calls",
     document_too_deep="The document nests deeper than the limit",
     document_string_too_long="A string in the document is over the length limit",
     document_number_too_long="A number in the document has too many digits",

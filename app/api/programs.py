@@ -143,6 +143,7 @@ def serialize(
             "release-archive-layout",
             "release-missing-operator",
             "downgrade-refused",
+            "operator-not-in-release",
             *WORK_PROBLEMS,
         ),
     },

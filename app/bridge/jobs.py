@@ -31,6 +31,13 @@ def job_ping() -> int:
     return os.getpid()
 
 
+def job_torch_version() -> str:
+    """The torch version the worker runs (`2.15.0+cu132`)."""
+    import torch
+
+    return str(torch.__version__)
+
+
 def job_deserialize_to_pt2(
     doc_json: bytes | Path,
     tensors: TensorSource,

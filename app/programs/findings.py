@@ -36,8 +36,12 @@ class Report(BaseModel):
     unknown_fields: list[str]
     #: the oldest schema version that has every field, arm and enum value the document uses
     min_schema_version: str
-    #: the oldest torch release that writes `min_schema_version` or newer
+    #: the oldest torch release whose `torch.export.load` loads the document losing nothing
+    #: (its schema, reader policy and operators: `app.releases.verdicts`), "" if none does
     oldest_torch_release: str
+    #: every release we hold rules for that loads it losing nothing, oldest first (not always a
+    #: range: an operator a release dropped leaves a gap after it)
+    readable_by: list[str] = []
     #: custom operator namespaces a torch process must import before loading the program
     namespaces_to_register: list[str]
     #: what this report did not check: "semantic", "safety", "weights", "torch"

@@ -1,4 +1,6 @@
-"""Operator calls checked against torch's schemas, without torch (`app.programs.opset`).
+"""Operator calls checked against torch's schemas, without torch (`app.releases`).
+
+A document is checked against the rules of the release that wrote it (`app.releases.judging`).
 
 For every node whose target is an overload of a namespace torch registers by itself: the
 overload exists, every argument the node names is one the schema has (once), positional ones
@@ -18,6 +20,8 @@ import schema
 from app.programs import opset
 from app.programs.findings import FindingList
 from app.programs.graph import GraphSite
+from app.releases import Rules, installed, releases_with
+from app.releases import rules as _rules
 
 #: The arms of a Python number, which also stand for a Tensor argument of the operators torch
 #: wraps numbers for (`add.Tensor(x, 1)`; `OpSchema.numbers_as_tensors`).
@@ -86,23 +90,28 @@ def accepted_arms(kind: str, *, numbers_as_tensors: bool = False) -> frozenset[s
     return accepted
 
 
-def check_operators(graphs: Sequence[GraphSite], found: FindingList) -> None:
-    """Check every call of a builtin-namespace overload in `graphs` against its schema."""
+def check_operators(
+    graphs: Sequence[GraphSite], found: FindingList, rules: Rules | None = None
+) -> None:
+    """Check every call of a builtin-namespace overload in `graphs` against its schema in
+    `rules` (the release that wrote the document; the installed one by default)."""
+    release = (rules or installed()).release
     for graph, path, _, _ in graphs:
         for i, node in enumerate(graph.nodes):
-            called = _builtin_overload(node.target)
+            called = _builtin_overload(node.target, release)
             if called is not None:
-                _call(node, *called, path, i, found)
+                _call(node, *called, release, path, i, found)
 
 
 @functools.lru_cache(maxsize=4096)
-def _builtin_overload(target: str) -> tuple[str, str, str] | None:
+def _builtin_overload(target: str, release: str) -> tuple[str, str, str] | None:
     """(namespace, name, overload) of a target naming an overload of a builtin namespace."""
     parts = target.split(".")
     if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
         return None
     namespace, name, overload = parts[2:]
-    return (namespace, name, overload) if opset.is_builtin_namespace(namespace) else None
+    builtin = _rules(release).is_builtin_namespace(namespace)
+    return (namespace, name, overload) if builtin else None
 
 
 _POSITIONAL = schema.ArgumentKind.POSITIONAL
@@ -128,8 +137,8 @@ class _Signature:
 
 
 @functools.lru_cache(maxsize=4096)
-def _signature(namespace: str, name: str, overload: str) -> _Signature | None:
-    op = opset.lookup(namespace, name, overload)
+def _signature(namespace: str, name: str, overload: str, release: str) -> _Signature | None:
+    op = _rules(release).lookup(namespace, name, overload)
     if op is None or op.unreachable:
         return None
     places = {
@@ -144,13 +153,14 @@ def _call(
     namespace: str,
     name: str,
     overload: str,
+    release: str,
     path: str,
     i: int,
     found: FindingList,
 ) -> None:
-    signature = _signature(namespace, name, overload)
+    signature = _signature(namespace, name, overload, release)
     if signature is None:
-        message = _unknown(namespace, name, overload)
+        message = _unknown(namespace, name, overload, _rules(release))
         found.add("operator-unknown", "error", f"{path}/nodes/{i}/target", message)
         return
     if signature.op.vararg:
@@ -228,17 +238,18 @@ def _misnamed(
     )
 
 
-def _unknown(namespace: str, name: str, overload: str) -> str:
+def _unknown(namespace: str, name: str, overload: str, rules: Rules) -> str:
     target = f"torch.ops.{namespace}.{name}.{overload}"
-    known = [o for o in opset.overloads(namespace, name) if not _unreachable(namespace, name, o)]
+    known = [o for o in rules.overloads(namespace, name) if rules.has_overload(namespace, name, o)]
+    elsewhere = releases_with(namespace, name, overload)
+    where = (
+        f"; torch {', '.join(elsewhere)} {'has' if len(elsewhere) == 1 else 'have'} it"
+        if elsewhere
+        else ""
+    )
     if known:
         return (
-            f"{target}: torch {opset.torch_version()} has no such overload of "
-            f"{namespace}::{name} (it has {', '.join(known)})"
+            f"{target}: torch {rules.torch} has no such overload of "
+            f"{namespace}::{name} (it has {', '.join(known)}){where}"
         )
-    return f"{target}: torch {opset.torch_version()} has no operator {namespace}::{name}"
-
-
-def _unreachable(namespace: str, name: str, overload: str) -> bool:
-    op = opset.lookup(namespace, name, overload)
-    return op is None or op.unreachable
+    return f"{target}: torch {rules.torch} has no operator {namespace}::{name}{where}"

@@ -23,6 +23,8 @@ from app.programs import opset
 from app.programs.expr import UnsafeExpression, check_expression, check_guard
 from app.programs.findings import Finding, FindingList, Severity
 from app.programs.graph import GraphSite, nested, sym_exprs, walk_graphs
+from app.releases import INSTALLED, installed, judging
+from app.releases import rules as release_rules
 from app.settings import Limits
 from schema.errors import pointer
 
@@ -98,19 +100,22 @@ def screen(
     """
     found = FindingList()
     custom: set[str] = set()
+    # what the release that wrote the program registers (a worker lacking an operator refuses it
+    # before torch resolves anything: app.operations)
+    release = judging(doc.torch_version)[0].release
     for graph, path, _, _ in _graphs(doc, graphs):
         for text, at in sym_exprs(graph, path):
             _expression(text, at, found)
         for i, node in enumerate(graph.nodes):
-            if _verdict(node.target) is not None:
-                _target(node.target, f"{path}/nodes/{i}/target", found, custom)
+            if _verdict(node.target, release) is not None:
+                _target(node.target, release, f"{path}/nodes/{i}/target", found, custom)
             if node.target == PRINT_TARGET:
                 _print_format(node, f"{path}/nodes/{i}", found)
-            _unchecked_call(node, f"{path}/nodes/{i}", found)
+            _unchecked_call(node, release, f"{path}/nodes/{i}", found)
             for j, named in enumerate(node.inputs):
                 if type(named.arg) in _OPERATOR_CARRIERS:
                     for op, at in _operators(named.arg, f"{path}/nodes/{i}/inputs/{j}/arg"):
-                        _target(op, at, found, custom)
+                        _target(op, release, at, found, custom)
     for key in doc.range_constraints:
         _expression(key, pointer(["range_constraints", key]), found)
     for i, line in enumerate(doc.guards_code):
@@ -146,6 +151,7 @@ def custom_namespaces(
 ) -> list[str]:
     """Operator namespaces the program calls that torch does not register by itself."""
     found: set[str] = set()
+    release = judging(doc.torch_version)[0].release
     for graph, path, _, _ in _graphs(doc, graphs):
         for node in graph.nodes:
             targets = [node.target]
@@ -153,7 +159,7 @@ def custom_namespaces(
                 if type(named.arg) in _OPERATOR_CARRIERS:
                     targets.extend(op for op, _ in _operators(named.arg, path))
             for target in targets:
-                namespace = _custom_namespace(target)
+                namespace = _custom_namespace(target, release)
                 if namespace is not None:
                     found.add(namespace)
     return sorted(found)
@@ -191,10 +197,10 @@ _REFUSING_CODES = ("unsafe-target", "unsafe-operator")
 
 
 @functools.lru_cache(maxsize=4096)
-def _verdict(target: str) -> tuple[str, str] | None:
+def _verdict(target: str, release: str) -> tuple[str, str] | None:
     """What resolving `target` earns: ("unsafe-target" or "unsafe-operator", why), or
     ("operator-namespace-to-register", the namespace), or None (most targets)."""
-    problem = target_problem(target)
+    problem = target_problem(target, release)
     if problem is not None:
         return "unsafe-target", problem
     parts = target.split(".")
@@ -204,12 +210,12 @@ def _verdict(target: str) -> tuple[str, str] | None:
         return "unsafe-operator", f"{target} reaches memory outside its tensors' storage"
     if len(parts) == 4 and parts[2] == "higher_order" and parts[3] in CODE_CARRYING_HIGHER_ORDER:
         return "unsafe-operator", f"{target} compiles and runs code its arguments carry"
-    namespace = _custom_namespace(target)
+    namespace = _custom_namespace(target, release)
     return None if namespace is None else ("operator-namespace-to-register", namespace)
 
 
-def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
-    verdict = _verdict(target)
+def _target(target: str, release: str, at: str, found: FindingList, custom: set[str]) -> None:
+    verdict = _verdict(target, release)
     if verdict is None:
         return
     code, detail = verdict
@@ -230,7 +236,7 @@ def _target(target: str, at: str, found: FindingList, custom: set[str]) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def target_problem(target: str) -> str | None:
+def target_problem(target: str, release: str = INSTALLED) -> str | None:
     """Why torch resolving `target` could reach something other than an operator or a Python
     function it writes itself, or None.
 
@@ -239,7 +245,8 @@ def target_problem(target: str) -> str | None:
     """
     if target in IMPORTING_PYTHON_TARGETS:
         return f"{target!r} imports the module its arguments name when the program runs"
-    if target in opset.python_targets() or _EXTENSION.fullmatch(target):
+    rules = release_rules(release)
+    if target in rules.python_targets() or _EXTENSION.fullmatch(target):
         return None
     parts = target.split(".")
     if parts[:2] != ["torch", "ops"] or not all(_IDENTIFIER.fullmatch(p) for p in parts[2:]):
@@ -248,22 +255,23 @@ def target_problem(target: str) -> str | None:
             "nor a Python function torch writes"
         )
     if len(parts) == 4 and parts[2] == "higher_order":
-        if opset.is_higher_order(parts[3]):
+        if rules.is_higher_order(parts[3]):
             return None
         return f"{target!r} is not a higher-order operator torch registers"
     if len(parts) != 5:
         return f"{target!r} is not torch.ops.<namespace>.<operator>.<overload>"
     namespace, name, overload = parts[2:]
-    schema = opset.lookup(namespace, name, overload)
-    if schema is not None and not schema.unreachable:
+    if rules.has_overload(namespace, name, overload):
         return None
-    if (
-        namespace in opset.attribute_names("ops")
-        or name in opset.attribute_names("namespace")
-        or overload in opset.attribute_names("packet")
+    # the attributes of the worker's torch objects as well as those of the writer's
+    if any(
+        namespace in r.attribute_names("ops")
+        or name in r.attribute_names("namespace")
+        or overload in r.attribute_names("packet")
+        for r in (rules, installed())
     ):
         return f"{target!r} names an attribute of torch's operator objects, not an operator"
-    if not opset.is_builtin_namespace(namespace) and any(_dunder(p) for p in parts[2:]):
+    if not rules.is_builtin_namespace(namespace) and any(_dunder(p) for p in parts[2:]):
         return f"{target!r}: a custom operator name cannot be a special (dunder) name"
     return None
 
@@ -273,7 +281,7 @@ def _dunder(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _custom_namespace(target: str) -> str | None:
+def _custom_namespace(target: str, release: str) -> str | None:
     """The namespace of an operator overload target outside torch's own, if it is a safe one.
 
     Namespaces torch defines in modules of its own are not custom: workers import those.
@@ -282,9 +290,10 @@ def _custom_namespace(target: str) -> str | None:
     if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
         return None
     namespace = parts[2]
-    if opset.is_builtin_namespace(namespace) or namespace in opset.TORCH_NAMESPACE_MODULES:
+    builtin = release_rules(release).is_builtin_namespace(namespace)
+    if builtin or namespace in opset.TORCH_NAMESPACE_MODULES:
         return None
-    return namespace if target_problem(target) is None else None
+    return namespace if target_problem(target, release) is None else None
 
 
 #: The argument by which an operator's schema offers to skip its own checks (`bool unsafe`:
@@ -292,10 +301,10 @@ def _custom_namespace(target: str) -> str | None:
 UNSAFE_FLAG = "unsafe"
 
 
-def _unchecked_call(node: schema.Node, at: str, found: FindingList) -> None:
+def _unchecked_call(node: schema.Node, release: str, at: str, found: FindingList) -> None:
     """Refuse a call that sets its operator's `unsafe` flag to anything but false."""
     for j, named in enumerate(node.inputs):
-        if named.name != UNSAFE_FLAG or not _declares_unsafe_flag(node.target):
+        if named.name != UNSAFE_FLAG or not _declares_unsafe_flag(node.target, release):
             continue
         if not (isinstance(named.arg, schema.ArgumentAsBool) and not named.arg.as_bool):
             found.add(
@@ -307,9 +316,13 @@ def _unchecked_call(node: schema.Node, at: str, found: FindingList) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _declares_unsafe_flag(target: str) -> bool:
+def _declares_unsafe_flag(target: str, release: str) -> bool:
     parts = target.split(".")
-    op = opset.lookup(*parts[2:]) if len(parts) == 5 and parts[:2] == ["torch", "ops"] else None
+    op = (
+        release_rules(release).lookup(*parts[2:])
+        if len(parts) == 5 and parts[:2] == ["torch", "ops"]
+        else None
+    )
     return op is not None and any(a.name == UNSAFE_FLAG and a.type == "bool" for a in op.arguments)
 
 

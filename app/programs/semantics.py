@@ -24,6 +24,7 @@ from app.programs.graph import (
     walk_graphs,
 )
 from app.programs.opcheck import check_operators
+from app.releases import judging
 from schema.errors import pointer
 
 _GRAPH = TOP_GRAPH
@@ -71,7 +72,7 @@ class _Semantics:
             self.weights(self.tensors)
         self.ranges()
         self.call_graph(top)
-        check_operators(self.graphs, self.found)
+        check_operators(self.graphs, self.found, judging(self.doc.torch_version)[0])
         self.version()
         if "aten" not in self.doc.opset_version:
             self.error("opset-missing", "/opset_version", "opset_version has no 'aten' entry")

@@ -16,6 +16,7 @@ from app.programs.findings import Finding, FindingList, Level, Report
 from app.programs.graph import GraphSite, walk_graphs
 from app.programs.screen import custom_namespaces, screen
 from app.programs.semantics import check_semantics
+from app.releases import judging, verdicts
 from app.settings import Limits
 from schema.compat import newest_used
 
@@ -73,10 +74,14 @@ def validate_document(
         unchecked = ["semantic", "safety", "weights", "torch"]
     else:
         graphs = list(walk_graphs(doc.graph_module.graph))
+        _, note = judging(doc.torch_version)
+        if note is not None:
+            found.add("torch-release-unknown", "warning", "/torch_version", note)
         check_semantics(doc, graphs, tensors, found)
         found.extend(screen(doc, limits, pickled, graphs=graphs))
         unchecked = [*(["weights"] if tensors is None else []), "torch"]
     version = schema_floor(doc)
+    readable = [v.release for v in verdicts(doc) if v.readable and not v.ignoring]
     findings = found.result()
     return Report(
         valid=not any(f.severity == "error" for f in findings),
@@ -84,7 +89,8 @@ def validate_document(
         findings=findings,
         unknown_fields=unknown,
         min_schema_version=schema.format_version(version),
-        oldest_torch_release=oldest_release(version),
+        oldest_torch_release=readable[0] if readable else "",
+        readable_by=readable,
         namespaces_to_register=custom_namespaces(doc, graphs=graphs),
         unchecked=unchecked,
     )
@@ -98,6 +104,7 @@ def _unread(level: Level, findings: list[Finding]) -> Report:
         unknown_fields=[],
         min_schema_version="",
         oldest_torch_release="",
+        readable_by=[],
         namespaces_to_register=[],
         unchecked=["semantic", "safety", "weights", "torch"],
     )
@@ -109,9 +116,3 @@ def _unread(level: Level, findings: list[Finding]) -> Report:
 def schema_floor(doc: schema.ExportedProgram) -> schema.Version:
     """The oldest 8.x schema version that has every feature the document uses."""
     return max(FLOOR, newest_used(doc))
-
-
-def oldest_release(version: schema.Version) -> str:
-    """The oldest torch release that writes `version` or a newer one ("" if none does)."""
-    newer = [v for v in schema.RELEASES if v >= version]
-    return schema.RELEASES[min(newer)][0] if newer else ""

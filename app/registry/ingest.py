@@ -26,6 +26,7 @@ from app.programs.findings import Finding, Report
 from app.registry.blobs import Staged
 from app.registry.errors import RegistryFailure
 from app.registry.summary import Summary, summarize
+from app.releases import compat as release_compat
 from app.settings import Settings
 
 
@@ -90,7 +91,7 @@ def vet(
     canonical = ops.canonical(source, settings, document.name)
     samples = ops.sample_inputs(source, settings)
     _write_served(source.archive, document.name, samples, served)
-    compat = schema.compat(document.doc)
+    compat = release_compat(document.doc)
     dropped = samples.dropped.get(document.name)
     vetted = Vetted(
         archive_model=document.name,

@@ -20,9 +20,11 @@ from app.releases.rules import (
     newest,
     release_key,
     releases,
+    releases_with,
     rules,
+    running,
 )
-from app.releases.verdicts import ReleaseVerdict, missing, verdicts
+from app.releases.verdicts import ReleaseVerdict, compat, lacking, lacking_target, missing, verdicts
 
 __all__ = [
     "INSTALLED",
@@ -32,12 +34,17 @@ __all__ = [
     "ReleaseVerdict",
     "Rules",
     "UnknownRelease",
+    "compat",
     "installed",
     "judging",
+    "lacking",
+    "lacking_target",
     "missing",
     "newest",
     "release_key",
     "releases",
+    "releases_with",
     "rules",
+    "running",
     "verdicts",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib.metadata
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -150,9 +151,31 @@ def installed() -> Rules:
     return rules(INSTALLED)
 
 
+def running() -> str | None:
+    """The torch installed beside us (`2.15.0+cu132`), which our torch workers import (they run
+    in this environment); None without torch. Read from its metadata: torch is not imported."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def newest() -> Rules:
     """The rules of the newest release we ship."""
     return rules(releases()[-1])
+
+
+def releases_with(namespace: str, name: str, overload: str | None = None) -> tuple[str, ...]:
+    """The releases whose registry has the operator (that overload of it, when named)."""
+    return tuple(
+        r
+        for r in releases()
+        if (
+            rules(r).has_operator(namespace, name)
+            if overload is None
+            else rules(r).has_overload(namespace, name, overload)
+        )
+    )
 
 
 def judging(torch_version: str | None) -> tuple[Rules, str | None]:

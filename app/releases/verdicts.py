@@ -5,7 +5,7 @@ registry)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import schema
 from app.releases.rules import Rules, releases, rules
@@ -39,6 +39,59 @@ def verdicts(doc: schema.ExportedProgram) -> list[ReleaseVerdict]:
             ReleaseVerdict(r.release, not reasons, () if reasons else read.ignoring, tuple(reasons))
         )
     return out
+
+
+def compat(doc: schema.ExportedProgram | bytes | str) -> schema.Compat:
+    """`schema.compat` (schema versions, reader policies) with every release's operators too: a
+    release that lacks an operator, higher-order operator or Python target the program calls
+    does not read it. A release we hold no rules for is judged by those of its minor release."""
+    model = schema.load(doc) if isinstance(doc, bytes | str) else doc
+    found = schema.compat(model)
+    shipped = [rules(r) for r in releases()]
+    targets = sorted(set(_targets(model.graph_module.graph)))
+    absent: dict[str, list[str]] = {}
+    for r in shipped:
+        if r.opset_known:
+            absent[r.release] = [w for t in targets if (w := missing(r, t, shipped)) is not None]
+
+    def lacks(release: str) -> list[str]:
+        minor = release.rsplit(".", 1)[0] + "."
+        same = [r for r in absent if r.startswith(minor)]
+        return absent.get(release, absent[same[-1]] if same else [])
+
+    not_readable = list(found.not_readable_by)
+    readable, ignoring = [], []
+    for release in found.readable_by:
+        if reasons := lacks(release):
+            not_readable.append((release, "; ".join(reasons)))
+        else:
+            readable.append(release)
+    for release, text in found.read_ignoring:
+        if reasons := lacks(release):
+            not_readable.append((release, "; ".join(reasons)))
+        else:
+            ignoring.append((release, text))
+    everyone = [r for _, rs in sorted(schema.RELEASES.items()) for r in rs]
+    order = {r: i for i, r in enumerate(everyone)}
+    return replace(
+        found,
+        readable_by=readable,
+        not_readable_by=sorted(not_readable, key=lambda item: order[item[0]]),
+        read_ignoring=ignoring,
+    )
+
+
+def lacking(doc: schema.ExportedProgram, r: Rules) -> list[tuple[str, str]]:
+    """The targets the program calls that release `r` cannot resolve though a shipped release
+    can, each with why: (target, reason), sorted."""
+    shipped = [rules(s) for s in releases()]
+    found = ((t, missing(r, t, shipped)) for t in sorted(set(_targets(doc.graph_module.graph))))
+    return [(t, why) for t, why in found if why is not None]
+
+
+def lacking_target(r: Rules, target: str) -> bool:
+    """Whether release `r` cannot resolve a target some shipped release resolves."""
+    return missing(r, target, [rules(s) for s in releases()]) is not None
 
 
 def missing(r: Rules, target: str, shipped: list[Rules]) -> str | None:

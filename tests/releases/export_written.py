@@ -1,4 +1,4 @@
-"""Export the programs of `tests/data/releases/written/` in the running torch release.
+"""Export the programs of `tests/data/release_programs/` in the running torch release.
 
 Run by path in a release venv (torch only): `<venv>/bin/python tests/releases/export_written.py
 <out dir>`. Each program calls operators its release has and another lacks: 2.13.0 `aten::qr`

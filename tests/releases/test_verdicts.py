@@ -10,7 +10,7 @@ from app.releases import releases, verdicts
 from tests.releases.written import document
 
 #: What `torch.export.load` did with each written program in real installs of these releases
-#: (tests/data/releases/written/README.md): True = loaded.
+#: (tests/data/release_programs/README.md): True = loaded.
 REAL_LOADS: dict[str, dict[str, bool]] = {
     "torch-2.13.0-qr_cholesky": {"2.9.1": True, "2.13.0": True, "2.14.1": False, "2.15.0": False},
     "torch-2.14.1-linalg_polar": {"2.9.1": False, "2.13.0": False, "2.14.1": True, "2.15.0": True},

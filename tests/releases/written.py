@@ -1,4 +1,4 @@
-"""The programs other torch releases wrote (`tests/data/releases/written/`), as documents."""
+"""The programs other torch releases wrote (`tests/data/release_programs/`), as documents."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import schema
 
-WRITTEN = Path(__file__).resolve().parents[1] / "data" / "releases" / "written"
+WRITTEN = Path(__file__).resolve().parents[1] / "data" / "release_programs"
 
 
 def archive(name: str) -> Path:
