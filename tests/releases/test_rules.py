@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import tomllib
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from app.programs import opset
 from app.releases import (
@@ -110,3 +113,17 @@ def test_a_document_is_judged_by_the_release_that_wrote_it(
     r, note = judging(written_by)
     assert r.release == judge
     assert (note is not None) == noted
+
+
+def test_the_torch_extra_admits_every_release_we_ship_rules_for_from_2_13() -> None:
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    [requirement] = [Requirement(r) for r in project["project"]["optional-dependencies"]["torch"]]
+    assert requirement.name == "torch"
+    # pip keeps an installed torch the specifier admits (2.15.0+cu132 included), so a team on
+    # 2.14 or 2.15 is not downgraded; each release it admits is one we hold rules for
+    for release in releases():
+        admitted = requirement.specifier.contains(release)
+        assert admitted == (release_key(release) >= (2, 13, 0)), release
+        assert requirement.specifier.contains(f"{release}+cu132") == admitted
+    for other in ("2.12.1", "2.16.0", "3.0.0"):
+        assert not requirement.specifier.contains(other)
