@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install fuzz opset releases-rules
+.PHONY: run test lint openapi bench install fuzz opset releases releases-rules
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,15 @@ releases-rules: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Which torch release loads which program: a venv per release under RELEASES_DIR (made when
+# missing: several GB each), real exports and loads in each, checked against our verdicts; writes
+# tests/data/releases/, bench/RELEASES.md and the README's table (bench/releases/run.py); exits 1
+# when a verdict disagrees with a real load. About 4 minutes here once the venvs exist.
+RELEASES_DIR ?= $(HOME)/.cache/pt2serde/releases
+RELEASES_WORK ?= /tmp/pt2serde-releases
+releases: $(STAMP)
+	$(BIN)/python -m bench.releases --releases-dir $(RELEASES_DIR) --workdir $(RELEASES_WORK)
 
 # A long campaign (SEED=, MUTANTS=, MINUTES= to change it); defective mutants are saved.
 fuzz: $(STAMP)

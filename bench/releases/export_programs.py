@@ -96,6 +96,19 @@ class _Item(nn.Module):
         return torch.randn(24).view(cast(int, x.item()), 4)
 
 
+# torch._check carries no type annotations
+_check: Callable[[bool], None] = torch._check
+
+
+class _CheckedItem(nn.Module):
+    # the same with the size checked non-negative: releases before 2.8 cannot export it otherwise,
+    # and u0 stays in the graph
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = cast(int, x.item())
+        _check(size >= 0)
+        return torch.randn(24).view(size, 4)
+
+
 def _batch(low: int) -> Any:
     return torch.export.Dim("batch", min=low, max=64)
 
@@ -124,6 +137,10 @@ def _item() -> tuple[nn.Module, Inputs, Any]:
     return _Item(), (torch.tensor(6),), None
 
 
+def _checked_item() -> tuple[nn.Module, Inputs, Any]:
+    return _CheckedItem(), (torch.tensor(6),), None
+
+
 def _qr_cholesky() -> tuple[nn.Module, Inputs, Any]:
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         q, r = _call("aten::qr.default", x)
@@ -141,7 +158,13 @@ def _linalg_qr_cholesky() -> tuple[nn.Module, Inputs, Any]:
 
 
 def _linalg_polar() -> tuple[nn.Module, Inputs, Any]:
-    # torch.linalg.polar (2.14+) exports as aten.linalg_polar.default
+    # torch.linalg.polar (2.14+) exports as aten.linalg_polar.default; a plain tuple out, as
+    # torch 2.14.1 cannot save the named tuple it returns (see the next program)
+    return _Apply(lambda x: tuple(_linalg("polar")(x))), (torch.randn(4, 4),), None
+
+
+def _polar_named() -> tuple[nn.Module, Inputs, Any]:
+    # the named tuple itself: the output spec names torch.return_types.linalg_polar
     return _Apply(lambda x: _linalg("polar")(x)), (torch.randn(4, 4),), None
 
 
@@ -187,9 +210,11 @@ PROGRAMS = (
     Program("cond", (), _cond),
     Program("symint_output", (), _symint),
     Program("unbacked_item", (), _item),
+    Program("unbacked_item_checked", (), _checked_item),
     Program("linalg_qr_cholesky", (), _linalg_qr_cholesky),
     Program("qr_cholesky", ("aten::qr.default", "aten::cholesky.default"), _qr_cholesky),
     Program("linalg_polar", ("aten::linalg_polar.default",), _linalg_polar),
+    Program("linalg_polar_namedtuple", ("aten::linalg_polar.default",), _polar_named),
     Program("linalg_matrix_sqrth", ("aten::linalg_matrix_sqrth.default",), _matrix_sqrth),
     Program("philox_key_fold_in", ("aten::_philox_key_fold_in.Tensor",), _fold_in),
     Program("scaled_addmm", ("aten::_scaled_addmm.default",), _scaled_addmm),

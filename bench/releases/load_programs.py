@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -18,33 +19,46 @@ from typing import Any
 
 import torch
 
+#: What torch.export.load raises (2.9+) when both its archive reader and the legacy one failed;
+#: the archive reader's error, which it logs, is the one that says why.
+GENERIC = "We ran into an error when deserializing the saved file"
+_NODE = re.compile(r"Failed deserializing node Node\(target='([^']*)'")
+
 
 def _first_line(exc: BaseException, width: int) -> str:
     lines = str(exc).strip().splitlines()
     line = lines[0] if lines else ""
-    if len(line) > 160 and ". " in line:
+    node = _NODE.match(line)
+    if node:
+        # the node's whole repr follows; its target says enough
+        line = f"Failed deserializing node {node.group(1)}"
+    elif len(line) > 160 and ". " in line:
         # torch's long messages say what failed in their first sentence, then give advice
         line = line.split(". ", 1)[0] + "."
     return f"{type(exc).__name__}: {line}"[:width]
 
 
 def describe(exc: BaseException) -> str:
-    """The exception's type and first line, or its type and its root cause's when it has one
-    (torch wraps the useful message: "Failed deserializing node ..." <- "failed to resolve ...")."""
+    """The exception's type and first line, and its root cause's where torch wrapped one (as a
+    cause, or as an "Original exception" traceback inside the message)."""
     root = exc
     for _ in range(20):
         below = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
         if below is None:
             break
         root = below
-    if root is exc:
-        return _first_line(exc, 300)
-    return f"{type(exc).__name__} <- {_first_line(root, 250)}"
+    outer = _first_line(exc, 160)
+    if root is not exc:
+        return f"{outer} <- {_first_line(root, 250)}"
+    text = str(exc).strip()
+    if "Original exception" in text:
+        return f"{outer} <- {text.splitlines()[-1].strip()[:200]}"
+    return _first_line(exc, 300)
 
 
 class _Logged(logging.Handler):
-    """Keeps the last exception torch logged: from 2.9 `torch.export.load` logs the archive
-    reader's error and raises a generic RuntimeError after its fallback fails too."""
+    """Keeps the last exception torch logged (from 2.9 `torch.export.load` logs its archive
+    reader's error, then tries the legacy format)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -74,7 +88,9 @@ def try_program(archive: Path, inputs: Path) -> dict[str, Any]:
         stage = "run"
         module(*torch.load(inputs, weights_only=True))
     except Exception as exc:  # every failure is the measurement
-        cause = _LOGGED.error if stage == "load" and _LOGGED.error is not None else exc
+        logged = _LOGGED.error
+        generic = stage == "load" and GENERIC in str(exc)
+        cause = logged if generic and logged is not None else exc
         return {"stage": stage, "error": describe(cause)}
     return {"stage": None, "error": None}
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import textwrap
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -196,15 +197,13 @@ def table_block(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[str
         )
     else:
         checked = "pt2serde's verdicts were not checked: app.releases is not in this checkout."
-    return (
+    intro = (
         f"Real loads from `make releases` on {data['made']} (torch "
         + ", ".join(data["torch"].values())
         + "). Rows: the release that saved the program; columns: the release that loads it. "
-        "loads: `torch.export.load` and `.module()` succeed; fails: one of them raises. "
-        + checked
-        + "\n\n"
-        + render_table(truth, readers, disagree)
+        "loads: `torch.export.load` and `.module()` succeed; fails: one of them raises. " + checked
     )
+    return textwrap.fill(intro, 100) + "\n\n" + render_table(truth, readers, disagree)
 
 
 def results_text(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[str, Ours]]) -> str:
@@ -213,7 +212,9 @@ def results_text(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[st
     minutes = data["runtime_seconds"] / 60
     parts = [
         "# Which torch reads what (`make releases`)",
-        f"{data['how']} The whole run took {minutes:.1f} min on the machine that made it.",
+        textwrap.fill(
+            f"{data['how']} The whole run took {minutes:.1f} min on the machine that made it.", 100
+        ),
         f"{BEGIN}\n{table_block(data, truth, verdicts)}\n{END}",
         "## Where our verdict and the real load disagree",
         "\n".join(d.line() for d in disagree)

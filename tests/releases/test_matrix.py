@@ -102,9 +102,14 @@ def test_release_names_match_torchs_version_strings() -> None:
 
 
 def test_the_root_cause_is_what_a_failed_load_records() -> None:
-    wrapped = RuntimeError("Failed deserializing node Node(...)")
+    node = "Failed deserializing node Node(target='torch.ops.aten.qr.default', inputs=[...])"
+    wrapped = RuntimeError(node)
     wrapped.__cause__ = AttributeError("no qr\nmore")
-    assert load_programs.describe(wrapped) == "RuntimeError <- AttributeError: no qr"
+    assert load_programs.describe(wrapped) == (
+        "RuntimeError: Failed deserializing node torch.ops.aten.qr.default <- AttributeError: no qr"
+    )
+    inline = RuntimeError("Failed\n Original exception Traceback:\n  ...\nAssertionError: arg ")
+    assert load_programs.describe(inline) == "RuntimeError: Failed <- AssertionError: arg"
     assert load_programs.describe(KeyError("w")) == "KeyError: 'w'"
 
 

@@ -1,0 +1,64 @@
+"""Our "readable by torch X" verdicts equal what each torch release really did.
+
+tests/data/releases/ is the record of a `make releases` run: the JSON of every program each
+release saved, and loads.json, every release's real `torch.export.load` + `.module()` of each.
+No release venv is needed here: the verdicts are recomputed from the documents.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import schema
+from bench.releases import ours
+from bench.releases.matrix import between_markers, disagreements
+from bench.releases.run import DATA, README, RESULTS, stored, table_block
+from bench.releases.venvs import RELEASES
+
+DATA_, TRUTH = stored()
+
+
+def _document(writer: str, program: str) -> bytes:
+    return (DATA / writer / f"{program}.json").read_bytes()
+
+
+def test_the_record_covers_every_release_as_writer_and_reader() -> None:
+    assert list(DATA_["torch"]) == list(RELEASES)
+    assert list(TRUTH) == list(RELEASES)
+    for writer, programs in TRUTH.items():
+        assert programs, f"torch {writer} saved nothing"
+        for program, readers in programs.items():
+            assert list(readers) == list(RELEASES), (writer, program)
+            # each document is what that release wrote, not a copy of another's
+            written = schema.load(_document(writer, program)).torch_version
+            assert written is not None
+            assert written.split("+")[0] == writer
+    stored_files = {p.relative_to(DATA) for p in DATA.rglob("*.json")} - {Path("loads.json")}
+    assert stored_files == {Path(w) / f"{p}.json" for w, ps in TRUTH.items() for p in ps}
+
+
+def test_every_verdict_is_what_the_release_really_did() -> None:
+    verdicts = {
+        (writer, program): ours.verdicts(_document(writer, program))
+        for writer, programs in TRUTH.items()
+        for program in programs
+    }
+    for key, by_release in verdicts.items():
+        assert set(RELEASES) <= set(by_release), f"{key}: no verdict for some release"
+    wrong = disagreements(TRUTH, verdicts)
+    assert not wrong, f"{len(wrong)} verdict(s) differ from torch:\n" + "\n".join(
+        d.line() for d in wrong
+    )
+
+
+def test_the_readme_and_releases_md_show_the_recorded_loads() -> None:
+    verdicts = {
+        (writer, program): ours.verdicts(_document(writer, program))
+        for writer, programs in TRUTH.items()
+        for program in programs
+    }
+    block = between_markers(RESULTS.read_text())
+    assert block.strip() == table_block(DATA_, TRUTH, verdicts).strip(), (
+        "bench/RELEASES.md is stale: python -m bench.releases --render"
+    )
+    assert between_markers(README.read_text()) == block, "the README's table is not RELEASES.md's"
