@@ -64,6 +64,8 @@ def _run(command: list[str], timeout: int, log: Path, env: dict[str, str] | None
             )
         except subprocess.TimeoutExpired as exc:
             raise VenvFailed(f"{command[0]} timed out after {timeout} s (log: {log})") from exc
+        except OSError as exc:
+            raise VenvFailed(f"{command[0]}: {exc}") from exc
     if done.returncode != 0:
         raise VenvFailed(f"{' '.join(command[:3])} ... exited {done.returncode} (log: {log})")
 

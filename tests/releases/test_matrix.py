@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from bench.releases.matrix import (
     truth_to_json,
 )
 from bench.releases.run import RunFailed, collect, document
-from bench.releases.venvs import is_release
+from bench.releases.venvs import VenvFailed, ensure, is_release
 
 FAILED = Load("load", "SerializeError <- SerializeError: We failed to resolve aten.qr")
 
@@ -130,3 +131,27 @@ def test_one_release_exports_what_it_has_and_its_own_torch_loads_it(tmp_path: Pa
     assert load_programs.main([str(out), str(tmp_path), "2.13.0"]) == 0
     assert parse_lines(out.read_text()) == {("2.13.0", "qr_cholesky"): Load(None, None)}
     assert b'"torch.ops.aten.qr.default"' in document(writer / "qr_cholesky.pt2")
+
+
+def test_an_existing_venv_of_the_release_is_used_and_the_pinned_one_is_this_venv(
+    tmp_path: Path,
+) -> None:
+    # this interpreter runs torch 2.13.0: as v2.13.0 it is that release's venv, made by nobody
+    (tmp_path / "v2.13.0" / "bin").mkdir(parents=True)
+    wrapper = tmp_path / "v2.13.0" / "bin" / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    python, reported = ensure("2.13.0", tmp_path)
+    assert python == tmp_path / "v2.13.0" / "bin" / "python"
+    assert is_release(reported, "2.13.0")
+    python, reported = ensure("2.13.0", tmp_path / "elsewhere")
+    assert python == Path(sys.executable)
+    assert is_release(reported, "2.13.0")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_venv_that_cannot_be_made_is_one_error_naming_it(tmp_path: Path) -> None:
+    # a directory where the venv's pip should be is not a venv: creation or install fails
+    (tmp_path / "v2.14.1" / "bin" / "python").mkdir(parents=True)
+    with pytest.raises(VenvFailed, match="pip"):
+        ensure("2.14.1", tmp_path)
