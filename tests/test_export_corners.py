@@ -5,7 +5,8 @@ input spec names; a tensor-subclass parameter torch pickles) and each class the 
 generator (`python -m tests.corners`) found: validated at levels semantic and torch, the
 canonical form equal to torch's, deserialized in a torch worker, and torch.export.load of what
 we wrote equal to torch.export.load of torch's own archive (state_dict, constants, ranges,
-outputs, also through unflatten), its document the one torch.export.save writes for it.
+outputs, also through unflatten), its document the one torch.export.save writes for it;
+through the library, the command and the service.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app import operations as ops
 from app.failure import Failure
 from app.settings import Settings
 from app.workers.torch import TorchPool
+from tests.api.conftest import start_server, stop_server
 from tests.conftest import ROOT
 from tests.corners import programs as corners
 from tests.corners.check import same_program, through_us, torch_round_trip
@@ -37,6 +39,7 @@ from tests.corners.programs import Corner
 SETTINGS = Settings()
 OPTED_IN = Settings(allow_opaque_pickles=True)
 PT2SERDE = Path(sys.executable).with_name("pt2serde")
+ZIP = {"Content-Type": "application/zip"}
 
 
 def _draw() -> dict[str, Corner]:
@@ -279,3 +282,35 @@ def test_command_validates_and_deserializes_what_torch_saves(
     done = cli("deserialize", str(archive), "-o", "out.pt2")
     assert done.returncode == 0, done.stderr
     same_program(torch.export.load(tmp_path / "out.pt2"), theirs, exported["module-list"])
+
+
+# ---------------------------------------------------------------- through the service
+
+
+def test_service_carries_them_where_opaque_pickles_are_allowed(
+    exported: dict[str, Corner], saved: dict[str, tuple[Path, ExportedProgram]]
+) -> None:
+    # every body spliced into its file and the answer spliced from the upload's members: the
+    # pickled payload passes through the splicer as the other members do
+    env = {
+        "PT2SERDE_HTTP_WORKERS": "1",
+        "PT2SERDE_WORKERS": "1",
+        "PT2SERDE_DIRECT_BODY_BYTES": "1",
+        "PT2SERDE_ALLOW_OPAQUE_PICKLES": "true",
+    }
+    server = start_server(env)
+    try:
+        with server.client() as client:
+            for name in ("item-view", "module-list", "subclass"):
+                archive, theirs = saved[name]
+                data = archive.read_bytes()
+                report = client.post(
+                    "/v1/validate", params={"level": "torch"}, content=data, headers=ZIP
+                )
+                assert report.status_code == 200, report.text
+                assert report.json()["valid"], name
+                answer = client.post("/v1/deserialize", content=data, headers=ZIP)
+                assert answer.status_code == 200, answer.text
+                same_program(torch.export.load(io.BytesIO(answer.content)), theirs, exported[name])
+    finally:
+        stop_server(server)

@@ -161,3 +161,18 @@ def test_refuses_tensors_that_do_not_fit(zoo_archives: dict[str, bytes]) -> None
     short = RawTensor("conv.bias", "parameter", bias.meta, bias.data[:-4])
     refused("archive-tensor-size-mismatch", lambda: written(documents, [short]))
     refused("archive-write-refused", lambda: write_archive(io.BytesIO(), documents, [], root="a/b"))
+
+
+def test_a_pickled_payload_is_carried_as_it_is(zoo_archives: dict[str, bytes]) -> None:
+    # a tensor-subclass payload is opaque: its bytes are no storage of its meta's view
+    with open_archive(zoo_archives["conv"]) as archive:
+        tensors = archive.raw_tensors()
+        documents = archive.documents
+    first = tensors[0]
+    payload = b"not a storage: a pickle never read here"
+    carried = RawTensor(first.name, "parameter", first.meta, payload, pickled=True)
+    with open_archive(written(documents, [carried, *tensors[1:]])) as out:
+        entry = out.tensors[first.name]
+        assert (entry.use_pickle, entry.kind, entry.meta) == (True, "parameter", first.meta)
+        assert out.reader.read_member(entry.member, entry.size) == payload
+        assert out.pickled == [entry.member]
