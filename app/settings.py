@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     #: a connection whose request head (request line and headers) is not complete this many
     #: seconds after the connection opened, or after its previous answer, is closed (408).
     http_header_timeout_s: float = 10.0
+    #: a request head (request line and header fields) may hold at most this many bytes in
+    #: all, this many header fields, and this many bytes in one line; past any of them the
+    #: connection gets 431 headers-too-large and is closed, before the app sees the request.
+    http_max_head_bytes: int = 64 * 1024
+    http_max_header_fields: int = 100
+    http_max_header_line_bytes: int = 16 * 1024
     #: an idle keep-alive connection is closed after this many seconds.
     http_keep_alive_s: int = 5
     #: connections and requests one HTTP process holds at once; past it new ones get 503

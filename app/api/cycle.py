@@ -50,6 +50,10 @@ Run = tuple[int, int, int]
 _T = TypeVar("_T")
 
 
+def _nothing() -> None:
+    """What a released cycle's `body_done` does."""
+
+
 class Cycle(RequestResponseCycle):
     """uvicorn's request-response cycle with held body chunks, `RECVFILE` and `SENDFILE`."""
 
@@ -75,6 +79,14 @@ class Cycle(RequestResponseCycle):
         headers = dict(self.scope["headers"])
         if b"transfer-encoding" not in headers and headers.get(b"content-length", b"").isdigit():
             extensions[RECVFILE] = {"into": self._receive_into}
+
+    def release(self) -> None:
+        """Drop what ties this cycle to its protocol and to itself (the protocol's deadline, the
+        receive-into-a-file extension in its scope), as uvicorn drops its `on_response` once a
+        request is done: without the reference cycles, the request's scope and head go as soon
+        as the connection does, not at the next cycle collection."""
+        self.body_done = _nothing
+        self.scope.get("extensions", {}).pop(RECVFILE, None)
 
     def hold(self, body: bytes) -> int:
         """Keep a chunk for the app; how many bytes are now held."""

@@ -64,6 +64,7 @@ register(
 )
 register(413, too_many_parts="The multipart body has more parts than the limit")
 register(415, unsupported_media_type="The request's media type is not accepted here")
+register(431, headers_too_large="The request head has too many or too long header fields")
 register(416, range_not_satisfiable="No requested byte range is inside the content")
 _RESOURCE_LIMITS = {
     "archive-too-large",

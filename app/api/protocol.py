@@ -18,7 +18,9 @@ import asyncio
 import functools
 import http
 import threading
+from dataclasses import dataclass
 
+from starlette.responses import Response
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -40,9 +42,31 @@ def _timeouts() -> tuple[float, float]:
     return settings.http_header_timeout_s, settings.body_timeout_s
 
 
-def _answer_408(code: str, detail: str) -> bytes:
-    """A complete HTTP/1.1 408 problem response that closes the connection."""
-    response = problem(code, detail)
+@dataclass(frozen=True)
+class HeadLimits:
+    """What one request head may hold (`Settings.http_max_head_bytes` and its siblings)."""
+
+    head_bytes: int
+    fields: int
+    line_bytes: int
+
+
+@functools.cache
+def _head_limits() -> HeadLimits:
+    settings = Settings.from_env()
+    return HeadLimits(
+        settings.http_max_head_bytes,
+        settings.http_max_header_fields,
+        settings.http_max_header_line_bytes,
+    )
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing a head that is over a limit."""
+
+
+def _closing_answer(response: Response) -> bytes:
+    """A complete HTTP/1.1 answer of a problem response that closes the connection."""
     status = http.HTTPStatus(response.status_code)
     head = (
         f"HTTP/1.1 {status.value} {status.phrase}\r\n"
@@ -59,6 +83,14 @@ class DeadlineProtocol(HttpToolsProtocol):
     bodies held as they come, and the `SENDFILE` answer extension."""
 
     _deadline: asyncio.TimerHandle | None = None
+    #: bytes of the request head received so far (None once the head is complete)
+    _head_seen: int | None = 0
+    _fields = 0
+    _line = 0
+    #: bytes of request line and header fields parsed so far (a head may arrive in one piece)
+    _parsed = 0
+    #: why parsing stopped, for the answer uvicorn's parser-error path would give
+    _refusal: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the clock on the first request head."""
@@ -66,14 +98,70 @@ class DeadlineProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm_head()
 
+    def data_received(self, data: bytes) -> None:
+        """Parse as uvicorn does; a head still incomplete past its byte limit is refused (the
+        parser would hold all of it in memory first)."""
+        if self._head_seen is not None:
+            self._head_seen += len(data)
+        super().data_received(data)
+        limit = _head_limits().head_bytes
+        if self._head_seen is not None and self._head_seen > limit:
+            self._refuse(f"the request head is over {limit} bytes")
+
     def on_message_begin(self) -> None:
         """A later request on a kept-alive connection: its head is on the clock too."""
         super().on_message_begin()
+        self._fields, self._line, self._parsed = 0, 0, 0
+        if self._head_seen is None:
+            self._head_seen = 0
         if self._deadline is None:
             self._arm_head()
 
+    def on_url(self, url: bytes) -> None:
+        """The request line's target (it may come in pieces)."""
+        self._line += len(url)
+        self._limit_line("the request line", len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header field, counted and measured before uvicorn keeps it."""
+        self._fields += 1
+        limits = _head_limits()
+        if self._fields > limits.fields:
+            self._stop(f"the request has more than {limits.fields} header fields")
+        self._line = len(name) + len(value)
+        self._limit_line(f"header field {name[:40].decode('latin-1')!r}", self._line)
+        super().on_header(name, value)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a head the parser refused, or ours to a head over a limit."""
+        refusal, self._refusal = self._refusal, None
+        if refusal is None:
+            super().send_400_response(msg)
+            return
+        self._refuse(refusal)
+
+    def _limit_line(self, what: str, added: int) -> None:
+        limits = _head_limits()
+        self._parsed += added
+        if self._line > limits.line_bytes:
+            self._stop(f"{what} is over {limits.line_bytes} bytes")
+        if self._parsed > limits.head_bytes:
+            self._stop(f"the request head is over {limits.head_bytes} bytes")
+
+    def _stop(self, detail: str) -> None:
+        self._refusal = detail
+        raise _HeadRefused(detail)
+
+    def _refuse(self, detail: str) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(_closing_answer(problem("headers-too-large", detail)))
+            self.transport.close()
+
     def on_headers_complete(self) -> None:
         """The head is in: the body's clock starts."""
+        self._head_seen = None
         self._disarm()
         before = self.cycle
         super().on_headers_complete()
@@ -103,6 +191,8 @@ class DeadlineProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         """Answered: the next head's clock starts (uvicorn's keep-alive timeout also runs)."""
         super().on_response_complete()
+        if isinstance(self.cycle, Cycle):
+            self.cycle.release()
         if not self.transport.is_closing() and self._deadline is None:
             self._arm_head()
 
@@ -111,6 +201,8 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._disarm()
         self._lost.set()
         super().connection_lost(exc)
+        if isinstance(self.cycle, Cycle):
+            self.cycle.release()
 
     def _arm_head(self) -> None:
         seconds = _timeouts()[0]
@@ -130,7 +222,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         cycle = self.cycle
         # an answer under way (or sent, for a later head) is only cut short, never interleaved
         if cycle is None or cycle.response_complete or not cycle.response_started:
-            self.transport.write(_answer_408(code, detail))
+            self.transport.write(_closing_answer(problem(code, detail)))
             if cycle is not None and not cycle.response_complete:
                 # the route still reading the body is told the client is gone
                 cycle.disconnected = True

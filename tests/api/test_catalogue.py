@@ -18,7 +18,7 @@ def test_every_catalogued_code_is_raised() -> None:
 
 
 def test_statuses_are_client_or_service_errors() -> None:
-    statuses = {400, 401, 403, 404, 405, 408, 409, 413, 415, 416, 422, 429, 500, 503}
+    statuses = {400, 401, 403, 404, 405, 408, 409, 413, 415, 416, 422, 429, 431, 500, 503}
     assert {p.status for p in CATALOGUE.values()} <= statuses
     assert [c for c, p in CATALOGUE.items() if p.status == 500] == [
         "internal-error",
