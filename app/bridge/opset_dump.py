@@ -306,7 +306,7 @@ def _python_targets() -> Iterator[str]:
     writer = torch_serde.GraphModuleSerializer.__new__(torch_serde.GraphModuleSerializer)
     reader = torch_serde.GraphModuleDeserializer.__new__(torch_serde.GraphModuleDeserializer)
     candidates = [
-        *torch_serde._SYM_OPS,
+        *_sym_ops(),
         *Verifier().allowed_builtin_ops(),
         *_verifier_torch_functions(),
     ]
@@ -314,6 +314,14 @@ def _python_targets() -> Iterator[str]:
         name = writer.serialize_operator(function)
         if reader.deserialize_operator(name) is function:
             yield name
+
+
+def _sym_ops() -> list[Any]:
+    """The symbolic operators torch's serializer writes by name: one set from 2.8, three before."""
+    if hasattr(torch_serde, "_SYM_OPS"):
+        return list(torch_serde._SYM_OPS)
+    kinds = ("_SYM_INT_OPS", "_SYM_FLOAT_OPS", "_SYM_BOOL_OPS")
+    return [op for kind in kinds for op in getattr(torch_serde, kind)]
 
 
 def _verifier_torch_functions() -> list[Any]:

@@ -68,7 +68,7 @@ def rules(archive: Path) -> dict[str, Any]:
     after_load = subprocess.run(
         [sys.executable, __file__, _AFTER_LOAD, str(archive)],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,
         timeout=900,
     )
     loaded = json.loads(after_load.stdout)
