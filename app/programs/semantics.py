@@ -211,7 +211,8 @@ class _Semantics:
                     "weight-unused",
                     "warning",
                     "",
-                    f"archive tensor {fqn!r} is not in the signature",
+                    f"archive tensor {fqn!r} is not in the signature: torch.export.load keeps "
+                    "it, with the weights or the constants as stored, and so does deserialize",
                 )
 
     # ------------------------------------------------------------ ranges and call graph
