@@ -114,6 +114,12 @@ class Settings(BaseSettings):
     http_max_head_bytes: int = 64 * 1024
     http_max_header_fields: int = 100
     http_max_header_line_bytes: int = 16 * 1024
+    #: a client that takes none of an answer for this many seconds has its connection dropped.
+    http_send_stall_s: float = 60.0
+    #: stored bytes (archives, documents, blobs) being sent to one client address at once;
+    #: past it 429 too-many-downloads (0: no cap). Behind a proxy that hides client addresses,
+    #: every client shares the proxy's.
+    http_max_downloads_per_client: int = 16
     #: an idle keep-alive connection is closed after this many seconds.
     http_keep_alive_s: int = 5
     #: connections and requests one HTTP process holds at once; past it new ones get 503

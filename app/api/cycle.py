@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import select
 import threading
@@ -30,6 +31,7 @@ from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from app.api.problems import ServiceError
+from app.settings import Settings
 
 #: The ASGI extension (in `scope["extensions"]`) and message type that send runs of files:
 #: `{"type": SENDFILE, "runs": [(fd, offset, count), ...], "more_body": bool}`.
@@ -37,9 +39,6 @@ SENDFILE = "pt2serde.sendfile"
 #: The ASGI extension whose "into" is `async (fd, idle_s) -> size`: the whole body, appended to
 #: the file `fd`. Offered for a body with a Content-Length, before any of it is received.
 RECVFILE = "pt2serde.recvfile"
-#: A client that takes none of an answer for this long has its connection closed (a stalled
-#: reader must not hold a thread forever).
-SEND_STALL_S = 60.0
 #: How often a thread looks whether the connection was lost meanwhile.
 _POLL_MS = 100
 #: One sendfile call's most: a long run is sent in pieces, each ending in a look at the stop flag.
@@ -48,6 +47,14 @@ _SENDFILE_STEP = 16 * 1024 * 1024
 _PIPE_SIZE = 1024 * 1024
 Run = tuple[int, int, int]
 _T = TypeVar("_T")
+
+
+@functools.cache
+def send_stall_s() -> float:
+    """Seconds a client may take none of an answer before its connection is dropped (a
+    stalled reader must not hold a thread, a buffer or a download slot forever); read once per
+    HTTP process (`Settings.http_send_stall_s`)."""
+    return Settings.from_env().http_send_stall_s
 
 
 def _nothing() -> None:
@@ -145,11 +152,26 @@ class Cycle(RequestResponseCycle):
         return sum(map(len, held)) + rest
 
     async def send(self, message: ASGISendEvent) -> None:
-        """uvicorn's send, and the `SENDFILE` message."""
+        """uvicorn's send, and the `SENDFILE` message; a client that takes none of an answer for
+        `send_stall_s()` seconds is dropped, whichever way the answer is sent."""
         if message["type"] == SENDFILE:
             await self._send_runs(message)
-        else:
-            await super().send(message)
+            return
+        if self.flow.write_paused and not self.disconnected:
+            try:
+                async with asyncio.timeout(send_stall_s()):
+                    await self.flow.drain()
+            except TimeoutError:
+                # aborted, not closed: a close would wait for the reader to take the buffered
+                # bytes; then, as for a lost connection, the app's later sends are dropped
+                self.transport.abort()
+                self.disconnected = True
+        if self.disconnected:
+            # the app's disconnect listener gets its turns, so a streamed answer stops being
+            # made rather than made in full and dropped
+            self.message_event.set()
+            await asyncio.sleep(0)
+        await super().send(message)
 
     async def _send_runs(self, message: Any) -> None:
         runs: Sequence[Run] = message["runs"]
@@ -173,7 +195,7 @@ class Cycle(RequestResponseCycle):
         all it holds (so the bytes go out in order); whether all of them went."""
         started = time.monotonic()
         while self.transport.get_write_buffer_size():
-            if self.disconnected or time.monotonic() - started > SEND_STALL_S:
+            if self.disconnected or time.monotonic() - started > send_stall_s():
                 return False
             await asyncio.sleep(0.001)
         if self.disconnected:
@@ -303,7 +325,7 @@ def _send_all(fds: list[int], runs: Sequence[Run], stop: _Stop) -> bool:
                 try:
                     sent = os.sendfile(sock, fd, offset, min(count, _SENDFILE_STEP))
                 except BlockingIOError:
-                    if time.monotonic() - stalled > SEND_STALL_S:
+                    if time.monotonic() - stalled > send_stall_s():
                         return False
                     poller.poll(_POLL_MS)
                     continue

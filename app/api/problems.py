@@ -200,7 +200,11 @@ register(
 )
 register(409, version_has_aliases="Aliases name the version: move them or detach them")
 register(422, quota_exceeded="The change would go over a quota")
-register(429, rate_limited="Over a per-hour quota: retry after Retry-After seconds")
+register(
+    429,
+    rate_limited="Over a per-hour quota: retry after Retry-After seconds",
+    too_many_downloads="The client has as many downloads open as it may: retry after one ends",
+)
 
 
 class ProblemIssue(BaseModel):

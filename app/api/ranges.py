@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from fastapi import Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from app.api.problems import problem
 
@@ -151,12 +153,76 @@ def _multipart(
     )
 
 
+class _Downloads:
+    """Answers being sent from stored bytes, per client address, in this HTTP process."""
+
+    def __init__(self) -> None:
+        self.open: Counter[str] = Counter()
+
+    def take(self, client: str, cap: int) -> bool:
+        """Count one more for `client`, unless it already has `cap` (0: no cap)."""
+        if cap and self.open[client] >= cap:
+            return False
+        self.open[client] += 1
+        return True
+
+    def give_back(self, client: str) -> None:
+        """One of `client`'s answers is done."""
+        self.open[client] -= 1
+        if self.open[client] <= 0:
+            del self.open[client]
+
+
+_DOWNLOADS = _Downloads()
+
+
+class _Counted(Response):
+    """An answer that holds one of its client's download slots until it is sent or given up."""
+
+    def __init__(self, inner: Response, client: str) -> None:
+        self.inner, self.client = inner, client
+        # the same status and header list: what the framework adds to this answer is sent
+        self.status_code, self.raw_headers = inner.status_code, inner.raw_headers
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the answer, then free the slot (a dropped client frees it too)."""
+        try:
+            self.inner.status_code = self.status_code
+            await self.inner(scope, receive, send)
+        finally:
+            _DOWNLOADS.give_back(self.client)
+        if self.background is not None:
+            await self.background()
+
+
 def bytes_response(
     request: Request, handle: BinaryIO, etag: str, media_type: str, headers: dict[str, str]
 ) -> Response:
     """The seekable `handle`'s bytes with ETag, If-None-Match (304) and Range support: one range
     as a 206, several as a 206 multipart/byteranges, none satisfiable as a 416
-    (``Content-Range: bytes */size``). The handle is closed once the answer is sent."""
+    (``Content-Range: bytes */size``). The handle is closed once the answer is sent. A client
+    with `http_max_downloads_per_client` answers still open gets 429 too-many-downloads: open
+    downloads hold buffers and handles, so one address may not hold them all."""
+    client = request.client.host if request.client else ""
+    cap = request.app.state.settings.http_max_downloads_per_client
+    if not _DOWNLOADS.take(client, cap):
+        handle.close()
+        refused = problem(
+            "too-many-downloads", f"{client} already has {cap} downloads open; retry after one"
+        )
+        refused.headers["Retry-After"] = "1"
+        return refused
+    try:
+        return _Counted(_bytes_response(request, handle, etag, media_type, headers), client)
+    except BaseException:
+        _DOWNLOADS.give_back(client)
+        raise
+
+
+def _bytes_response(
+    request: Request, handle: BinaryIO, etag: str, media_type: str, headers: dict[str, str]
+) -> Response:
     quoted = f'"{etag}"'
     common = {**headers, "ETag": quoted, "Accept-Ranges": "bytes"}
     if _etag_matches(request.headers.get("if-none-match"), quoted):

@@ -15,15 +15,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.api import uploads
+from app.api import cycle, uploads
 from app.api.cycle import RECVFILE, SENDFILE, Cycle
 from app.api.problems import ServiceError
 from app.api.protocol import DeadlineProtocol
@@ -43,6 +43,10 @@ EXPECTED = (
     + UPLOAD[4_000_000:4_100_000]
 )
 
+
+#: a streamed answer of many MiB (no sendfile), and the chunks its generator has made so far
+STREAM_CHUNKS = 100
+STREAMED: list[int] = []
 
 #: what the routes run with: a body of 1 KiB or more spliced, cut off after 1 s of silence
 SETTINGS = {"": Settings(direct_body_bytes=1024, body_idle_timeout_s=1.0)}
@@ -75,6 +79,15 @@ def _app(folder: Path) -> FastAPI:
         answer = SplicedResponse(SEGMENTS, files, "application/zip", "program.pt2")
         answer.headers["x-sendfile"] = str(offered).lower()
         return answer
+
+    @app.get("/stream")
+    async def stream() -> Response:
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(STREAM_CHUNKS):
+                STREAMED.append(len(UPLOAD))
+                yield UPLOAD
+
+        return StreamingResponse(chunks(), media_type="application/octet-stream")
 
     return app
 
@@ -326,3 +339,26 @@ def test_requests_leave_no_reference_cycles(server: tuple[str, int]) -> None:
         assert alive == 0
     finally:
         gc.enable()
+
+
+def test_a_reader_that_takes_nothing_of_a_streamed_answer_is_dropped(
+    server: tuple[str, int], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    monkeypatch.setenv("PT2SERDE_HTTP_SEND_STALL_S", "1")
+    cycle.send_stall_s.cache_clear()
+    request.addfinalizer(cycle.send_stall_s.cache_clear)
+    STREAMED.clear()
+    conn = socket.create_connection(server, timeout=20)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    conn.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(4)  # reads nothing: the server's buffers fill, then its stall clock runs out
+    made = len(STREAMED)
+    received = 0
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := conn.recv(1 << 20):
+            received += len(chunk)
+    conn.close()
+    whole = STREAM_CHUNKS * len(UPLOAD)
+    assert 0 < received < whole / 2
+    # the answer stopped there: its generator was not asked for more
+    assert made == len(STREAMED) < STREAM_CHUNKS
