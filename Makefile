@@ -39,18 +39,17 @@ openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json
 
 # Each torch release's rules (app/releases/data: operators, higher-order ops, Python targets,
-# weights_only globals, the schema version it writes, its reader's policy on unknown keys), dumped
-# by app/bridge/release_dump.py in each release's venv <RELEASES_DIR>/v<release> (torch only), or
-# read from the unpacked wheel's source under WHEEL_SOURCES where no venv runs; schema/readers.py
-# is rewritten from them. `make opset` rewrites only the installed release's file, which
+# pytree types, weights_only globals, the schema version it writes, its reader probed), dumped by
+# app/bridge/release_dump.py in each release's venv <RELEASES_DIR>/v<release> (torch only; `make
+# releases` builds them), the pinned release's in this venv; schema/readers.py is rewritten from
+# them. `make opset` rewrites only the pinned release's file, which
 # tests/bridge/test_release_rules_current.py keeps equal to what this torch registers.
 opset: $(STAMP)
 	$(BIN)/python -m app.releases.generate 2.13.0
 
 releases-rules: $(STAMP)
 	$(BIN)/python -m app.releases.generate \
-		--venvs $(or $(RELEASES_DIR),$(HOME)/.cache/pt2serde/releases) \
-		--sources $(or $(WHEEL_SOURCES),$(HOME)/.cache/pt2serde/wheels)
+		--venvs $(RELEASES_DIR)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -7,8 +7,10 @@ never what we believe of it:
 
 - the schema version its serializer writes (`torch._export.serde.schema.SCHEMA_VERSION`);
 - its reader's policy, probed: a tiny program is exported and serialized by this release, then
-  deserialized again with an unknown key (at the top and in a node), an unknown union arm and
-  an unknown enum value written into it; each either loads ("skip") or fails ("fatal");
+  deserialized again with an unknown key (at the top and in a node), an unknown union arm,
+  an unknown enum value, or its cond node's result written as torch 2.6 writes it (a list,
+  untagged); each either loads ("skip") or fails ("fatal");
+- the pytree type names its treespec reader knows;
 - the operator registry (`opset_dump`) and the `weights_only` rules (`weights_only_dump`), both
   read in a fresh process that has only loaded that program with `torch.export.load`, which is
   what a consumer's process holds when it reads a program.
@@ -85,6 +87,8 @@ def rules(archive: Path) -> dict[str, Any]:
         "reader": reader,
         "opset": loaded["opset"],
         "weights_only": loaded["weights_only"],
+        # the names a treespec's types (and namedtuple contexts) may have for its reader
+        "pytree_types": loaded["pytree_types"],
     }
 
 
@@ -105,8 +109,16 @@ def _probe(artifact: Any, doc: dict[str, Any], change: Callable[[dict[str, Any]]
     try:
         _load(artifact, changed)
     except Exception as error:  # noqa: BLE001  (any failure to load is the answer)
-        return {"policy": "fatal", "error": f"{type(error).__name__}: {error}".splitlines()[0]}
+        return {"policy": "fatal", "error": _said(error)}
     return {"policy": "skip"}
+
+
+def _said(error: BaseException) -> str:
+    """The error and its cause, short: torch's messages repeat whole nodes (and their stack
+    traces, which name this checkout's paths)."""
+    said = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:120]
+    cause = error.__cause__
+    return said if cause is None else f"{said} <- {_said(cause)}"
 
 
 def _first_node(doc: dict[str, Any]) -> dict[str, Any]:
@@ -134,17 +146,33 @@ def _enum(doc: dict[str, Any]) -> None:
     meta["dtype"] = 999
 
 
+def _hop_list_output(doc: dict[str, Any]) -> None:
+    """The cond node as torch 2.6 writes it: its one result as a list, no
+    `is_hop_single_tensor_return` (releases reading 8.7+ take the absent flag for a single
+    tensor and fail on the list)."""
+    [node] = [n for n in doc["graph_module"]["graph"]["nodes"] if n["target"].endswith(".cond")]
+    (output,) = node["outputs"]
+    if "as_tensor" in output:
+        node["outputs"] = [{"as_tensors": [output["as_tensor"]]}]
+    node.pop("is_hop_single_tensor_return", None)
+
+
 _CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "unknown_key": _top_key,
     "unknown_node_key": _node_key,
     "unknown_arm": _arm,
     "unknown_enum_value": _enum,
+    "hop_list_output": _hop_list_output,
 }
 
 
 def _after_load(archive: Path) -> dict[str, Any]:
     torch.export.load(str(archive))
-    return {"opset": opset_dump.registry(), "weights_only": weights_only_dump.rules()}
+    return {
+        "opset": opset_dump.registry(),
+        "weights_only": weights_only_dump.rules(),
+        "pytree_types": sorted(torch.utils._pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE),
+    }
 
 
 def dump(out: Path) -> None:

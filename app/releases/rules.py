@@ -54,6 +54,9 @@ class Rules:
     unknown_keys: Policy
     unknown_arms: Policy
     unknown_enum_values: Policy
+    #: its reader on a higher-order op's one result written as a list with no
+    #: `is_hop_single_tensor_return` (as torch 2.6 writes cond): read up to 2.7, fatal after
+    hop_list_output: Policy
     #: how the file was made (release venv and probe, or source read)
     source: str
     #: whether the operator registry was dumped (else only the reader policy is known)
@@ -63,6 +66,7 @@ class Rules:
     _python_targets: frozenset[str] = field(repr=False, compare=False)
     _attributes: dict[str, frozenset[str]] = field(repr=False, compare=False)
     _weights_only: dict[str, Any] | None = field(repr=False, compare=False)
+    _pytree_types: frozenset[str] = field(repr=False, compare=False)
 
     def lookup(self, namespace: str, name: str, overload: str) -> OpSchema | None:
         """The schema of `torch.ops.<namespace>.<name>.<overload>`, or None if it has none."""
@@ -105,6 +109,10 @@ class Rules:
         """Names that reach an attribute, not an operator, at `level` ("ops", "namespace",
         "packet", "higher_order")."""
         return self._attributes.get(level, frozenset())
+
+    def pytree_types(self) -> frozenset[str]:
+        """The type names its treespec reader knows (`torch.return_types.linalg_polar`)."""
+        return self._pytree_types
 
     def weights_only(self) -> dict[str, Any] | None:
         """Its `weights_only` unpickler's rules as dumped (`app.archive.pickles` reads them)."""
@@ -223,6 +231,7 @@ def _read(release: str) -> Rules:
         unknown_keys=_policy(reader, "unknown_key", "unknown_node_key"),
         unknown_arms=_policy(reader, "unknown_arm"),
         unknown_enum_values=_policy(reader, "unknown_enum_value"),
+        hop_list_output=_policy(reader, "hop_list_output"),
         source=raw["source"],
         opset_known=opset is not None,
         _operators=operators,
@@ -230,6 +239,7 @@ def _read(release: str) -> Rules:
         _python_targets=frozenset(opset["python_targets"] if opset else ()),
         _attributes={k: frozenset(v) for k, v in (opset["attributes"] if opset else {}).items()},
         _weights_only=raw.get("weights_only"),
+        _pytree_types=frozenset(raw.get("pytree_types") or ()),
     )
 
 

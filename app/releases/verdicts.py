@@ -4,8 +4,10 @@ registry)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import schema
 from app.releases.rules import Rules, releases, rules
@@ -27,32 +29,63 @@ class ReleaseVerdict:
 def verdicts(doc: schema.ExportedProgram) -> list[ReleaseVerdict]:
     """One verdict per release we ship rules for, oldest first."""
     use = document_use(doc)
-    targets = sorted(set(_targets(doc.graph_module.graph)))
+    calls = _Calls.of(doc)
     shipped = [rules(r) for r in releases()]
     out = []
     for r in shipped:
         read = reading(use, r.schema_version, r.unknown_keys, r.release)
-        reasons = list(read.reasons)
-        if r.opset_known:
-            reasons += [why for t in targets if (why := missing(r, t, shipped)) is not None]
+        reasons = [*read.reasons, *calls.reasons(r, shipped)]
         out.append(
             ReleaseVerdict(r.release, not reasons, () if reasons else read.ignoring, tuple(reasons))
         )
     return out
 
 
+@dataclass(frozen=True)
+class _Calls:
+    """What a program asks of a release's registries and reader beyond its schema."""
+
+    #: node targets (operators, higher-order operators, Python callables)
+    targets: list[str]
+    #: pytree type names its treespecs name
+    types: list[str]
+    #: higher-order op nodes whose one result is an untagged list
+    hop_lists: list[str]
+
+    @classmethod
+    def of(cls, doc: schema.ExportedProgram) -> _Calls:
+        graph = doc.graph_module.graph
+        return cls(
+            sorted(set(_targets(graph))),
+            pytree_types(doc),
+            sorted(set(_hop_list_outputs(graph))),
+        )
+
+    def reasons(self, r: Rules, shipped: list[Rules]) -> list[str]:
+        """Why release `r` fails on the program for something other than its schema."""
+        reasons = []
+        if r.opset_known:
+            reasons += [why for t in self.targets if (why := missing(r, t, shipped)) is not None]
+            reasons += _unknown_types(r, self.types, shipped)
+        if r.hop_list_output == "fatal":
+            reasons += [
+                f"{target}: its one result is a list with no is_hop_single_tensor_return (as torch "
+                f"2.6 writes it); torch {r.release} reads that as one tensor and fails"
+                for target in self.hop_lists
+            ]
+        return reasons
+
+
 def compat(doc: schema.ExportedProgram | bytes | str) -> schema.Compat:
-    """`schema.compat` (schema versions, reader policies) with every release's operators too: a
-    release that lacks an operator, higher-order operator or Python target the program calls
-    does not read it. A release we hold no rules for is judged by those of its minor release."""
+    """`schema.compat` (schema versions, reader policies) with what every release registers and
+    reads beyond the schema: a release that lacks an operator, higher-order operator, Python
+    target or pytree type the program needs does not read it. A release we hold no rules for is
+    judged by those of its minor release."""
     model = schema.load(doc) if isinstance(doc, bytes | str) else doc
     found = schema.compat(model)
     shipped = [rules(r) for r in releases()]
-    targets = sorted(set(_targets(model.graph_module.graph)))
-    absent: dict[str, list[str]] = {}
-    for r in shipped:
-        if r.opset_known:
-            absent[r.release] = [w for t in targets if (w := missing(r, t, shipped)) is not None]
+    calls = _Calls.of(model)
+    absent = {r.release: calls.reasons(r, shipped) for r in shipped}
 
     def lacks(release: str) -> list[str]:
         minor = release.rsplit(".", 1)[0] + "."
@@ -114,6 +147,78 @@ def missing(r: Rules, target: str, shipped: list[Rules]) -> str | None:
     if target in r.python_targets() or not any(target in s.python_targets() for s in shipped):
         return None
     return f"{target}: torch {r.release} does not read this Python target"
+
+
+def pytree_types(doc: schema.ExportedProgram) -> list[str]:
+    """The pytree type names the document's treespecs name (types, and the serialized names of
+    namedtuples), which its reader must have registered, sorted."""
+    found: set[str] = set()
+    for entry in doc.graph_module.module_call_graph:
+        if entry.signature is None:
+            continue
+        for spec in (entry.signature.in_spec, entry.signature.out_spec):
+            try:
+                tree = json.loads(spec)
+            except ValueError:
+                continue  # the screen and semantic validation report it
+            stack: list[Any] = [tree]
+            while stack:
+                item = stack.pop()
+                if isinstance(item, list):
+                    stack.extend(item)
+                elif isinstance(item, dict):
+                    _spec_types(item, found)
+                    stack.extend(item.get("children_spec") or [])
+    return sorted(found)
+
+
+def _spec_types(node: dict[str, Any], found: set[str]) -> None:
+    kind = node.get("type")
+    if isinstance(kind, str):
+        found.add(kind)
+    context = node.get("context")
+    if kind == "collections.namedtuple" and isinstance(context, str):
+        try:
+            name = json.loads(context)
+        except ValueError:
+            return
+        if isinstance(name, str):
+            found.add(name)
+
+
+def _unknown_types(r: Rules, types: list[str], shipped: list[Rules]) -> list[str]:
+    """Pytree types some shipped release registers but `r` does not (its load fails on them)."""
+    return [
+        f"pytree type {t}: torch {r.release} has not registered it"
+        for t in types
+        if t not in r.pytree_types() and any(t in s.pytree_types() for s in shipped)
+    ]
+
+
+def _hop_list_outputs(graph: schema.Graph) -> Iterator[str]:
+    """Higher-order op nodes whose one result is a list and whose flag does not say
+    `is_hop_single_tensor_return=true`: what releases that read 8.7+ misread (torch's reader
+    takes the missing flag for a single tensor)."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.nodes:
+            for named in node.inputs:
+                stack.extend(_subgraphs(named.arg))
+            if (
+                node.target.startswith("torch.ops.higher_order.")
+                and len(node.outputs) == 1
+                and not node.is_hop_single_tensor_return
+                and not isinstance(
+                    node.outputs[0],
+                    schema.ArgumentAsTensor
+                    | schema.ArgumentAsNone
+                    | schema.ArgumentAsSymInt
+                    | schema.ArgumentAsSymFloat
+                    | schema.ArgumentAsSymBool,
+                )
+            ):
+                yield node.target
 
 
 def _targets(graph: schema.Graph) -> Iterator[str]:

@@ -51,6 +51,8 @@ def test_reader_policies_as_each_release_answered_its_probe() -> None:
         strict = release_key(release) < (2, 9, 0)
         assert r.unknown_keys == ("fatal" if strict else "skip"), release
         assert r.unknown_arms == r.unknown_enum_values == "fatal", release
+        # cond's one result written as torch 2.6 writes it: read by 2.6 and 2.7 only
+        assert r.hop_list_output == ("fatal" if release_key(release) >= (2, 8, 0) else "skip")
     assert [rules(r).schema_version for r in releases()] == [
         (8, 2),
         (8, 7),
@@ -86,6 +88,15 @@ def test_operators_that_came_and_went() -> None:
     for name in ("_scaled_addmm", "_philox_randint"):
         assert not rules("2.14.1").has_operator("aten", name)
         assert rules("2.15.0").lookup("aten", name, "default") is not None
+
+
+def test_pytree_types_each_release_registers() -> None:
+    polar = "torch.return_types.linalg_polar"
+    assert [r for r in releases() if polar in rules(r).pytree_types()] == ["2.15.0"]
+    for release in releases():
+        assert {"builtins.tuple", "builtins.dict", "collections.namedtuple"} <= (
+            rules(release).pytree_types()
+        )
 
 
 def test_the_opset_module_is_a_view_of_the_installed_rules() -> None:

@@ -18,5 +18,10 @@ def archive(name: str) -> Path:
 def document(name: str) -> schema.ExportedProgram:
     """The program's document, as its release wrote it."""
     with zipfile.ZipFile(archive(name)) as z:
-        [member] = [n for n in z.namelist() if n.endswith("/models/model.json")]
+        # torch 2.8 and newer: models/<name>.json; before: one serialized_exported_program.json
+        [member] = [
+            n
+            for n in z.namelist()
+            if n.endswith("/models/model.json") or n == "serialized_exported_program.json"
+        ]
         return schema.load(z.read(member))
