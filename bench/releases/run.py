@@ -176,9 +176,7 @@ def stored() -> tuple[dict[str, Any], Truth]:
 
 
 def stored_verdicts(truth: Truth) -> dict[tuple[str, str], dict[str, Ours]]:
-    """Our verdict on every stored document (empty when app.releases is not there)."""
-    if not ours.available():
-        return {}
+    """Our verdict on every stored document."""
     return {
         (writer, program): ours.verdicts((DATA / writer / f"{program}.json").read_bytes())
         for writer, programs in truth.items()
@@ -190,13 +188,10 @@ def table_block(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[str
     """What goes between the markers, in RELEASES.md and the README alike."""
     disagree = disagreements(truth, verdicts)
     readers = list(data["torch"])
-    if verdicts:
-        checked = (
-            f"`≠`: pt2serde's verdict (`app.releases.verdicts`) says otherwise "
-            f"({len(disagree)} of {sum(len(p) * len(readers) for p in truth.values())} pairs)."
-        )
-    else:
-        checked = "pt2serde's verdicts were not checked: app.releases is not in this checkout."
+    checked = (
+        f"`≠`: pt2serde's verdict (`app.releases.verdicts`) says otherwise "
+        f"({len(disagree)} of {sum(len(p) * len(readers) for p in truth.values())} pairs)."
+    )
     intro = (
         f"Real loads from `make releases` on {data['made']} (torch "
         + ", ".join(data["torch"].values())
@@ -217,9 +212,7 @@ def results_text(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[st
         ),
         f"{BEGIN}\n{table_block(data, truth, verdicts)}\n{END}",
         "## Where our verdict and the real load disagree",
-        "\n".join(d.line() for d in disagree)
-        if disagree
-        else ("None." if verdicts else "Not checked (app.releases is not in this checkout)."),
+        "\n".join(d.line() for d in disagree) if disagree else "None.",
         "## Failures, by error",
         "A `run` failure is a program that loaded but does not run on this CPU (it counts as "
         "loads).",
