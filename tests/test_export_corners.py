@@ -17,7 +17,6 @@ import os
 import random
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from app.workers.torch import TorchPool
 from tests.api.conftest import start_server, stop_server
 from tests.conftest import ROOT
 from tests.corners import programs as corners
-from tests.corners.check import same_program, through_us, torch_round_trip
+from tests.corners.check import TorchOwn, document, same_program, through_us, torch_round_trip
 from tests.corners.programs import Corner
 
 SETTINGS = Settings()
@@ -91,15 +90,15 @@ def exported() -> dict[str, Corner]:
 @pytest.fixture(scope="module")
 def saved(
     exported: dict[str, Corner], tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[Path, ExportedProgram]]:
-    """torch.export.save's archive of each program (as a file) and torch.export.load of it."""
+) -> dict[str, tuple[Path, TorchOwn]]:
+    """torch.export.save's archive of each program (as a file), and what torch makes of it."""
     folder = tmp_path_factory.mktemp("corners")
     out = {}
     for name, corner in exported.items():
-        data, loaded = torch_round_trip(corner)
+        own = torch_round_trip(corner)
         path = folder / f"{name}.pt2"
-        path.write_bytes(data)
-        out[name] = (path, loaded)
+        path.write_bytes(own.archive)
+        out[name] = (path, own)
     return out
 
 
@@ -110,36 +109,22 @@ def pool() -> Iterator[TorchPool]:
         yield workers
 
 
-def _document(archive: Path) -> dict[str, object]:
-    with zipfile.ZipFile(archive) as z:
-        loaded: dict[str, object] = json.loads(z.read("archive/models/model.json"))
-        return loaded
-
-
-def _saved_again(program: ExportedProgram) -> dict[str, object]:
-    buffer = io.BytesIO()
-    torch.export.save(program, buffer)
-    with zipfile.ZipFile(buffer) as z:
-        loaded: dict[str, object] = json.loads(z.read("archive/models/model.json"))
-        return loaded
-
-
 def _round_trip(
     name: str,
     exported: dict[str, Corner],
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
     pool: TorchPool,
     tmp_path: Path,
     settings: Settings = SETTINGS,
 ) -> ExportedProgram:
-    archive, theirs = saved[name]
+    archive, own = saved[name]
     target = tmp_path / "out.pt2"
     valid, built, why = through_us(archive, settings, pool, target)
     assert (valid, built, why) == (True, True, "")
-    ours = torch.export.load(target)
-    same_program(ours, theirs, exported[name])
     # what we wrote is what torch.export.save writes for the program torch loads
-    assert _document(target) == _saved_again(theirs)
+    assert document(target) == own.document
+    ours = torch.export.load(target)
+    same_program(ours, own.loaded, exported[name])
     return ours
 
 
@@ -154,12 +139,13 @@ def _findings(archive: Path, settings: Settings = SETTINGS) -> list[tuple[str, s
 
 def test_a_range_torch_drops_is_a_warning_and_dropped(
     exported: dict[str, Corner],
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
     pool: TorchPool,
     tmp_path: Path,
 ) -> None:
-    archive, theirs = saved["item-view"]
-    written = _document(archive)["range_constraints"]
+    archive, own = saved["item-view"]
+    theirs = own.loaded
+    written = document(archive)["range_constraints"]
     assert isinstance(written, dict)
     assert "u0" in written
     assert "u0" not in {str(k) for k in theirs.range_constraints}
@@ -170,7 +156,7 @@ def test_a_range_torch_drops_is_a_warning_and_dropped(
 
 def test_the_second_symbol_of_a_strict_nonzero(
     exported: dict[str, Corner],
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
     pool: TorchPool,
     tmp_path: Path,
 ) -> None:
@@ -181,19 +167,24 @@ def test_the_second_symbol_of_a_strict_nonzero(
 
 def test_parameters_no_input_spec_names_are_carried(
     exported: dict[str, Corner],
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
     pool: TorchPool,
     tmp_path: Path,
 ) -> None:
-    archive, theirs = saved["module-list"]
-    assert set(theirs.state_dict) == {"fcs.0.weight", "fcs.0.bias", "fcs.1.weight", "fcs.1.bias"}
+    archive, own = saved["module-list"]
+    assert set(own.loaded.state_dict) == {
+        "fcs.0.weight",
+        "fcs.0.bias",
+        "fcs.1.weight",
+        "fcs.1.bias",
+    }
     assert ("weight-unused", "warning") in _findings(archive)
     ours = _round_trip("module-list", exported, saved, pool, tmp_path)
     assert isinstance(ours.state_dict["fcs.1.weight"], torch.nn.Parameter)
 
 
 def test_a_subclass_parameter_is_refused_by_default_by_validate_and_deserialize(
-    saved: dict[str, tuple[Path, ExportedProgram]], pool: TorchPool, tmp_path: Path
+    saved: dict[str, tuple[Path, TorchOwn]], pool: TorchPool, tmp_path: Path
 ) -> None:
     archive, _ = saved["subclass"]
     target = tmp_path / "out.pt2"
@@ -212,7 +203,7 @@ def test_a_subclass_parameter_is_refused_by_default_by_validate_and_deserialize(
 def test_subclass_tensors_are_carried_under_the_opt_in(
     name: str,
     exported: dict[str, Corner],
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
     pool: TorchPool,
     tmp_path: Path,
 ) -> None:
@@ -241,7 +232,7 @@ def test_subclass_tensors_are_carried_under_the_opt_in(
 def test_each_class_round_trips(
     name: str,
     exported: dict[str, Corner],
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
     pool: TorchPool,
     tmp_path: Path,
 ) -> None:
@@ -249,11 +240,12 @@ def test_each_class_round_trips(
 
 
 def test_derived_ranges_torch_keeps_are_kept(
-    saved: dict[str, tuple[Path, ExportedProgram]],
+    saved: dict[str, tuple[Path, TorchOwn]],
 ) -> None:
     # torch writes `s17 + 1` as a key, and the term as Add(Symbol('s17', ...), Integer(1))
-    archive, theirs = saved["derived-dims"]
-    written = _document(archive)["range_constraints"]
+    archive, own = saved["derived-dims"]
+    theirs = own.loaded
+    written = document(archive)["range_constraints"]
     assert isinstance(written, dict)
     assert len(written) == 3
     assert {str(k) for k in theirs.range_constraints} == set(written)
@@ -264,9 +256,9 @@ def test_derived_ranges_torch_keeps_are_kept(
 
 
 def test_command_validates_and_deserializes_what_torch_saves(
-    exported: dict[str, Corner], saved: dict[str, tuple[Path, ExportedProgram]], tmp_path: Path
+    exported: dict[str, Corner], saved: dict[str, tuple[Path, TorchOwn]], tmp_path: Path
 ) -> None:
-    archive, theirs = saved["module-list"]
+    archive, own = saved["module-list"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -281,14 +273,14 @@ def test_command_validates_and_deserializes_what_torch_saves(
         assert json.loads(done.stdout)["valid"], level
     done = cli("deserialize", str(archive), "-o", "out.pt2")
     assert done.returncode == 0, done.stderr
-    same_program(torch.export.load(tmp_path / "out.pt2"), theirs, exported["module-list"])
+    same_program(torch.export.load(tmp_path / "out.pt2"), own.loaded, exported["module-list"])
 
 
 # ---------------------------------------------------------------- through the service
 
 
 def test_service_carries_them_where_opaque_pickles_are_allowed(
-    exported: dict[str, Corner], saved: dict[str, tuple[Path, ExportedProgram]]
+    exported: dict[str, Corner], saved: dict[str, tuple[Path, TorchOwn]]
 ) -> None:
     # every body spliced into its file and the answer spliced from the upload's members: the
     # pickled payload passes through the splicer as the other members do
@@ -302,7 +294,7 @@ def test_service_carries_them_where_opaque_pickles_are_allowed(
     try:
         with server.client() as client:
             for name in ("item-view", "module-list", "subclass"):
-                archive, theirs = saved[name]
+                archive, own = saved[name]
                 data = archive.read_bytes()
                 report = client.post(
                     "/v1/validate", params={"level": "torch"}, content=data, headers=ZIP
@@ -311,6 +303,7 @@ def test_service_carries_them_where_opaque_pickles_are_allowed(
                 assert report.json()["valid"], name
                 answer = client.post("/v1/deserialize", content=data, headers=ZIP)
                 assert answer.status_code == 200, answer.text
-                same_program(torch.export.load(io.BytesIO(answer.content)), theirs, exported[name])
+                loaded = torch.export.load(io.BytesIO(answer.content))
+                same_program(loaded, own.loaded, exported[name])
     finally:
         stop_server(server)

@@ -87,21 +87,33 @@ def _saved(program: ExportedProgram) -> bytes:
     return buffer.getvalue()
 
 
-def _document(archive: Path | bytes) -> Any:
+def document(archive: Path | bytes) -> Any:
     """The model document of a .pt2, parsed."""
     with zipfile.ZipFile(archive if isinstance(archive, Path) else io.BytesIO(archive)) as z:
         return json.loads(z.read(next(n for n in z.namelist() if n.endswith("models/model.json"))))
 
 
-def torch_round_trip(corner: Corner) -> tuple[bytes, ExportedProgram]:
-    """torch.export.save's archive and torch.export.load's program of it (raises if torch can't)."""
+@dataclass(frozen=True)
+class TorchOwn:
+    """What torch makes of a program: its archive, its load of it, and the document its save
+    of that load writes (taken first: torch's unflatten may leave a program it cannot save)."""
+
+    archive: bytes
+    loaded: ExportedProgram
+    document: Any
+
+
+def torch_round_trip(corner: Corner) -> TorchOwn:
+    """torch.export.save's archive, torch.export.load of it, and the document it saves again
+    (raises if torch cannot)."""
     data = _saved(corner.ep)
     # running a program may mutate its buffers: the one compared with ours is never run
     torch.testing.assert_close(
         _outputs(torch.export.load(io.BytesIO(data)), corner, unflatten=False),
         _outputs(corner.ep, corner, unflatten=False),
     )
-    return data, torch.export.load(io.BytesIO(data))
+    loaded = torch.export.load(io.BytesIO(data))
+    return TorchOwn(data, loaded, document(_saved(loaded)))
 
 
 def through_us(
@@ -141,13 +153,13 @@ def run(
 ) -> Outcome:
     """The whole battery for one program (see the module's docstring)."""
     try:
-        data, theirs = torch_round_trip(corner)
+        own = torch_round_trip(corner)
     except Exception as exc:
         return Outcome(
             corner.name, corner.klass, "skip", "torch", f"{type(exc).__name__}: {exc}"[:200]
         )
     archive = folder / f"{corner.name}.pt2"
-    archive.write_bytes(data)
+    archive.write_bytes(own.archive)
     target = folder / f"{corner.name}.out.pt2"
     try:
         if corner.pickled:
@@ -162,8 +174,8 @@ def run(
         if not (valid and built):
             stage = "validate" if not valid else "deserialize"
             return Outcome(corner.name, corner.klass, "fail", stage, why)
-        same_program(torch.export.load(target), theirs, corner)
-        assert _document(target) == _document(_saved(theirs)), "not the document torch saves"
+        assert document(target) == own.document, "not the document torch saves"
+        same_program(torch.export.load(target), own.loaded, corner)
     except Exception as exc:
         return Outcome(
             corner.name, corner.klass, "fail", "compare", f"{type(exc).__name__}: {exc}"[:300]

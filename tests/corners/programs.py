@@ -336,6 +336,34 @@ class Node(nn.Module):
         return y + x if self.residual else y
 
 
+class DictBlock(nn.Module):
+    """A block taking a keyword argument and returning a dict holding a list, counting calls."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x: torch.Tensor, *, scale: torch.Tensor | None = None) -> dict[str, Any]:
+        self.calls.add_(1)
+        y = self.lin(x) if scale is None else self.lin(x) * scale
+        return {"out": y, "rest": [x + 1, x - self.calls]}
+
+
+class PytreeTop(nn.Module):
+    """Two blocks whose signatures (a keyword input, dict and list outputs) unflatten keeps."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.first = DictBlock(width)
+        self.second = DictBlock(width)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = self.first(x, scale=y)
+        b = self.second(a["rest"][0])
+        return a["out"] + b["out"], b["rest"][1]
+
+
 def _dag(rng: random.Random, width: int, depth: int, pool: list[nn.Module]) -> nn.Module:
     """A random module tree whose leaves are sometimes shared (a DAG of modules)."""
     if depth == 0 or rng.random() < 0.3:
@@ -479,15 +507,23 @@ def _unflatten(rng: random.Random, strict: bool, i: int) -> Corner:
 
 
 def preserved(rng: random.Random, strict: bool, i: int) -> Corner:
+    """A random module DAG, or blocks with pytree signatures, some of them preserved."""
     width = rng.randint(2, 4)
-    module = _dag(rng, width, 3, [])
-    inner = _inner_fqns(module)
-    kept = tuple(sorted(rng.sample(inner, min(len(inner), rng.randint(1, 2))))) if inner else ()
+    x = torch.randn(2, width)
+    if rng.random() < 0.5:
+        kept = tuple(sorted(rng.sample(["first", "second"], rng.randint(1, 2))))
+        module: nn.Module = PytreeTop(width)
+        args: tuple[Any, ...] = (x, torch.randn(2, width))
+    else:
+        module = _dag(rng, width, 3, [])
+        inner = _inner_fqns(module)
+        kept = tuple(sorted(rng.sample(inner, min(len(inner), rng.randint(1, 2))))) if inner else ()
+        args = (x,)
     return export(
         f"preserved-{i}",
         "preserved-signature",
         module,
-        (torch.randn(2, width),),
+        args,
         strict=strict,
         unflatten=True,
         preserve_module_call_signature=kept,
