@@ -10,7 +10,8 @@ never what we believe of it:
   deserialized again with an unknown key (at the top and in a node), an unknown union arm,
   an unknown enum value, or its cond node's result written as torch 2.6 writes it (a list,
   untagged); each either loads ("skip") or fails ("fatal");
-- the pytree type names its treespec reader knows;
+- the pytree type names its treespec reader knows; the archive layout its `torch.export.save`
+  writes, and whether its `torch.export.load` reads the legacy layout of 2.6 and 2.7;
 - the operator registry (`opset_dump`) and the `weights_only` rules (`weights_only_dump`), both
   read in a fresh process that has only loaded that program with `torch.export.load`, which is
   what a consumer's process holds when it reads a program.
@@ -24,6 +25,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,7 @@ def rules(archive: Path) -> dict[str, Any]:
     doc = json.loads(artifact.exported_program)
     _load(artifact, doc)  # the baseline must load, so a failing probe fails for its change alone
     reader = {name: _probe(artifact, doc, change) for name, change in _CHANGES.items()}
+    reader["legacy_archive"] = _legacy_archive(artifact, archive.with_name("legacy.pt2"))
     after_load = subprocess.run(
         [sys.executable, __file__, _AFTER_LOAD, str(archive)],
         check=True,
@@ -85,6 +88,9 @@ def rules(archive: Path) -> dict[str, Any]:
             "with an unknown key, union arm and enum value"
         ),
         "reader": reader,
+        # what its torch.export.save writes: one serialized_exported_program.json (up to 2.7), or
+        # the archive of <root>/models/, data/ and archive_format (from 2.8)
+        "archive_layout": _layout(archive),
         "opset": loaded["opset"],
         "weights_only": loaded["weights_only"],
         # the names a treespec's types (and namedtuple contexts) may have for its reader
@@ -119,6 +125,29 @@ def _said(error: BaseException) -> str:
     said = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:120]
     cause = error.__cause__
     return said if cause is None else f"{said} <- {_said(cause)}"
+
+
+def _layout(archive: Path) -> str:
+    with zipfile.ZipFile(archive) as z:
+        legacy = "serialized_exported_program.json" in z.namelist()
+    return "legacy" if legacy else "pt2"
+
+
+def _legacy_archive(artifact: Any, path: Path) -> Any:
+    """Whether `torch.export.load` reads the layout torch 2.6 and 2.7 save: the serialized
+    artifact's four members and a `version` member, at the top of the zip."""
+    major, minor = torch_schema.SCHEMA_VERSION
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("serialized_exported_program.json", artifact.exported_program)
+        z.writestr("serialized_state_dict.pt", artifact.state_dict)
+        z.writestr("serialized_constants.pt", artifact.constants)
+        z.writestr("serialized_example_inputs.pt", artifact.example_inputs)
+        z.writestr("version", f"{major}.{minor}")
+    try:
+        torch.export.load(str(path))
+    except Exception as error:  # noqa: BLE001  (any failure to load is the answer)
+        return {"policy": "fatal", "error": _said(error)}
+    return {"policy": "skip"}
 
 
 def _first_node(doc: dict[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,11 @@ class Rules:
     #: its reader on a higher-order op's one result written as a list with no
     #: `is_hop_single_tensor_return` (as torch 2.6 writes cond): read up to 2.7, fatal after
     hop_list_output: Policy
+    #: the archive its `torch.export.save` writes: one serialized_exported_program.json
+    #: ("legacy", up to 2.7) or <root>/models/ with data/ and archive_format ("pt2", from 2.8);
+    #: a release reads the layout it writes, and the legacy one where `reads_legacy_archive`
+    archive_layout: Literal["legacy", "pt2"]
+    reads_legacy_archive: bool
     #: how the file was made (release venv and probe, or source read)
     source: str
     #: whether the operator registry was dumped (else only the reader policy is known)
@@ -232,6 +237,8 @@ def _read(release: str) -> Rules:
         unknown_arms=_policy(reader, "unknown_arm"),
         unknown_enum_values=_policy(reader, "unknown_enum_value"),
         hop_list_output=_policy(reader, "hop_list_output"),
+        archive_layout="legacy" if raw["archive_layout"] == "legacy" else "pt2",
+        reads_legacy_archive=_policy(reader, "legacy_archive") == "skip",
         source=raw["source"],
         opset_known=opset is not None,
         _operators=operators,

@@ -10,13 +10,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import schema
-from app.releases.rules import Rules, releases, rules
+from app.releases.rules import Rules, judging, releases, rules
 from schema.compat import document_use, reading
 
 
 @dataclass(frozen=True)
 class ReleaseVerdict:
-    """Whether one release's `torch.export.load` loads a document, and what it loses or why not."""
+    """Whether one release's `torch.export.load` loads a document, saved in the archive layout of
+    the release that wrote it, and what it loses or why not."""
 
     release: str
     readable: bool
@@ -31,14 +32,30 @@ def verdicts(doc: schema.ExportedProgram) -> list[ReleaseVerdict]:
     use = document_use(doc)
     calls = _Calls.of(doc)
     shipped = [rules(r) for r in releases()]
+    writer = judging(doc.torch_version)[0]
     out = []
     for r in shipped:
         read = reading(use, r.schema_version, r.unknown_keys, r.release)
-        reasons = [*read.reasons, *calls.reasons(r, shipped)]
+        reasons = [*_archive(writer, r), *read.reasons, *calls.reasons(r, shipped)]
         out.append(
             ReleaseVerdict(r.release, not reasons, () if reasons else read.ignoring, tuple(reasons))
         )
     return out
+
+
+def _archive(writer: Rules, r: Rules) -> list[str]:
+    """Why release `r` cannot open the archive the document's writer saves it in, if it cannot."""
+    if writer.archive_layout == "pt2" and r.archive_layout == "legacy":
+        return [
+            f"its archive: torch {writer.release} saves the models/ layout, torch {r.release} "
+            "reads only serialized_exported_program.json archives"
+        ]
+    if writer.archive_layout == "legacy" and not r.reads_legacy_archive:
+        return [
+            f"its archive: torch {writer.release} saves a serialized_exported_program.json "
+            f"archive, which torch {r.release} does not read"
+        ]
+    return []
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,8 @@ def compat(doc: schema.ExportedProgram | bytes | str) -> schema.Compat:
     found = schema.compat(model)
     shipped = [rules(r) for r in releases()]
     calls = _Calls.of(model)
-    absent = {r.release: calls.reasons(r, shipped) for r in shipped}
+    writer = judging(model.torch_version)[0]
+    absent = {r.release: [*_archive(writer, r), *calls.reasons(r, shipped)] for r in shipped}
 
     def lacks(release: str) -> list[str]:
         minor = release.rsplit(".", 1)[0] + "."

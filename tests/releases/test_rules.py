@@ -90,6 +90,13 @@ def test_operators_that_came_and_went() -> None:
         assert rules("2.15.0").lookup("aten", name, "default") is not None
 
 
+def test_archive_layouts_each_release_saves_and_reads() -> None:
+    layouts = {r: rules(r).archive_layout for r in releases()}
+    assert [r for r, layout in layouts.items() if layout == "legacy"] == ["2.6.0", "2.7.1"]
+    # every release reads the serialized_exported_program.json archive of 2.6 and 2.7
+    assert all(rules(r).reads_legacy_archive for r in releases())
+
+
 def test_pytree_types_each_release_registers() -> None:
     polar = "torch.return_types.linalg_polar"
     assert [r for r in releases() if polar in rules(r).pytree_types()] == ["2.15.0"]

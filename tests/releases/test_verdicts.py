@@ -32,6 +32,10 @@ def test_verdicts_agree_with_real_loads_in_every_release(name: str) -> None:
 
 def test_why_a_release_cannot_read_a_program() -> None:
     qr = {v.release: v for v in verdicts(document("torch-2.13.0-qr_cholesky"))}
+    assert qr["2.7.1"].reasons[0] == (
+        "its archive: torch 2.13.0 saves the models/ layout, torch 2.7.1 reads only "
+        "serialized_exported_program.json archives"
+    )
     assert qr["2.14.1"].reasons == (
         "aten::cholesky: torch 2.14.1 has no such operator",
         "aten::qr: torch 2.14.1 has no such operator",
@@ -85,4 +89,6 @@ def test_another_major_is_refused_by_every_release(zoo_json: dict[str, bytes]) -
     tree["schema_version"]["major"] = 9
     for v in verdicts(schema.load(orjson.dumps(tree))):
         assert not v.readable
-        assert v.reasons[0].endswith("refuses documents of another major (this one is 9.x)")
+        assert any(
+            r.endswith("refuses documents of another major (this one is 9.x)") for r in v.reasons
+        ), v
