@@ -2,10 +2,11 @@
 
 torch.export.save writes the archive and torch.export.load reads it back (a program torch cannot
 round-trip is skipped, with the reason). Then ours: validate at levels semantic and torch,
-canonicalize, deserialize in a torch worker; torch.export.load of what we wrote must give torch's
-own load's state_dict and constants (names, kinds and values) and outputs, also through
-torch.export.unflatten where the program asks. Programs with pickled tensors go through twice:
-refused by default (by validate and deserialize alike), carried under the opt-in.
+canonicalize (equal to torch's canonical form), deserialize in a torch worker. What we wrote must
+be the document torch.export.save writes for torch's own load, and torch.export.load of it must
+give that load's state_dict and constants (names, kinds and values), ranges and outputs, also
+through torch.export.unflatten where the program asks. Programs with pickled tensors go through
+twice: refused by default (by validate and deserialize alike), carried under the opt-in.
 """
 
 from __future__ import annotations

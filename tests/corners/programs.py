@@ -2,8 +2,9 @@
 
 Each builder returns a `Corner`: one exported program of a class (unbacked sizes from `item`,
 `nonzero` and `unique`; parameters and buffers the graph never reads; aliased constants and
-buffers; tensor-subclass parameters; non-persistent buffers; constants reached two ways; random
-module DAGs to unflatten, with preserved call signatures). `corners(seed, count)` draws a
+buffers; tensor-subclass parameters and buffers; non-persistent buffers; constants reached two
+ways; random module DAGs to unflatten, with preserved call signatures, some of them keyword
+inputs and dict or list outputs; derived dims). `corners(seed, count)` draws a
 bounded, seeded mix of them; `minimal()` gives the issue's three minimal cases.
 """
 
