@@ -137,7 +137,7 @@ def deserialize(
         for name, raw in named.items():
             kind = kinds[name]
             tensor = (
-                _stand_in(raw.meta, parameter=kind == "parameter")
+                _stand_in(name, raw.meta, parameter=kind == "parameter")
                 if raw.pickled
                 else _tensor(raw, views[name], parameter=kind == "parameter")
             )
@@ -490,9 +490,10 @@ def _tensor(raw: Stored, view: View, *, parameter: bool) -> torch.Tensor:
     return _placed(base.as_strided(view.sizes, view.strides, view.offset), raw.meta, parameter)
 
 
-def _stand_in(meta: TensorMeta, *, parameter: bool) -> torch.Tensor:
-    """Zeros with a pickled tensor's dtype, geometry and device, for torch to build on."""
-    view, issues = view_of("", meta)
+def _stand_in(name: str, meta: TensorMeta, *, parameter: bool) -> torch.Tensor:
+    """Zeros with a pickled tensor's dtype, geometry and device, for torch to build on (one of
+    another layout, e.g. sparse, has none: refused alike by validation and deserialize)."""
+    view, issues = view_of(name, meta)
     if view is None:
         raise BridgeFailure("tensor-data-invalid", issues[0].message, issues)
     dtype = torch_serde._SERIALIZE_TO_TORCH_DTYPE[torch_schema.ScalarType(meta.dtype.value)]
