@@ -166,6 +166,13 @@ async def admit_files(request: Request, paths: list[Path]) -> AsyncIterator[Work
         yield granted
 
 
+@asynccontextmanager
+async def admit_bytes(request: Request, size: int) -> AsyncIterator[Work]:
+    """`admit` for `size` bytes of documents the service holds (a stored version's)."""
+    async for granted in _admit_sized(request, size, []):
+        yield granted
+
+
 async def _admit_sized(
     request: Request, size: int | None, paths: list[Path]
 ) -> AsyncIterator[Work]:

@@ -34,6 +34,7 @@ from app.api.deps import PoolDep, SettingsDep, Work, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.problems import ServiceError, problem_responses
 from app.api.ranges import bytes_response
+from app.api.stored import on_stored, run_sync
 from app.api.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.archive import open_archive
 from app.programs.diff import ProgramDiff
@@ -53,6 +54,7 @@ from app.registry import (
 from app.registry.ingest import refuse_invalid
 from app.settings import Settings
 from app.workers import pushes
+from app.workers.documents import job_stored_diff
 
 
 @asynccontextmanager
@@ -406,28 +408,28 @@ def get_canonical(
     response_model=ProgramDiff,
     responses=problem_responses(*_CONTENT_PROBLEMS),
 )
-def get_diff(
+async def get_diff(
     name: str,
     ref: str,
     who: ReadDep,
     against: Annotated[
         str, Query(description="a version of this model, or `model:ref` of another one")
     ],
+    request: Request,
     registry: RegistryDep,
     settings: SettingsDep,
-) -> ProgramDiff:
+) -> Response:
     """What changed from version `against` (number, alias or ``latest``; ``model:ref`` for a
     version of another model, as model names have no colon) to this one: two registry versions
     diff without uploading either."""
     other, _, against_ref = against.rpartition(":")
     if other:
-        ensure(registry, who, other, "read")
-    with (
-        registry.source(other or name, against_ref) as (was, old),
-        registry.source(name, ref) as (now, new),
-    ):
-        model = now.archive_model if was.archive_model == now.archive_model else None
-        return ops.program_diff(old, new, settings, model)
+        await run_sync(ensure, registry, who, other, "read")
+    was, old = await run_sync(registry.stored, other or name, against_ref)
+    now, new = await run_sync(registry.stored, name, ref)
+    model = now.archive_model if was.archive_model == now.archive_model else None
+    key = (old.digest, new.digest, "diff", model)
+    return await on_stored(request, key, [old, new], (job_stored_diff, old, new, settings, model))
 
 
 class TagValue(BaseModel):

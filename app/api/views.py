@@ -3,25 +3,35 @@ and validation views of a stored version, read from the registry without uploadi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 from app import operations as ops
-from app.api.deps import InspectDep, OutputDep, SettingsDep, UploadDep, WorkDep, documents_of
+from app.api.deps import (
+    InspectDep,
+    OutputDep,
+    SettingsDep,
+    UploadDep,
+    WorkDep,
+    documents_of,
+)
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.graphs import upload_graph, version_graph_file
 from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
+from app.api.stored import on_stored, run_sync
 from app.programs.findings import Report
-from app.programs.inspect.graph_view import ProgramGraph, SymbolRange, symbol_ranges
+from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
 from app.programs.inspect.registry import InspectAnswer, answer
+from app.workers.documents import job_stored_inspect, job_stored_ranges, job_stored_validate
 
 router = APIRouter(prefix="/v1", tags=["views"])
 
 _JSON = "application/json"
+_T = TypeVar("_T")
 #: a graph answer is built in a document worker (app.api.graphs)
 _GRAPH_PROBLEMS = ("bad-module-stack", "module-too-deep", *TORCH_PROBLEMS)
 _VERSION_PROBLEMS = (
@@ -104,17 +114,22 @@ def graph(
         "supported-missing",
     ),
 )
-def version_inspect(
+async def version_inspect(
     name: str,
     ref: str,
+    http: Request,
     registry: RegistryDep,
     settings: SettingsDep,
     request: InspectDep,
-) -> BaseModel:
+) -> Response:
     """A stored version through one view of `POST /v1/inspect` (same parameters)."""
-    with registry.source(name, ref) as (info, source):
-        result = ops.inspect(source, settings, request, info.archive_model)
-    return answer(request.view, result)
+    info, stored = await run_sync(registry.stored, name, ref)
+
+    def shaped(result: BaseModel) -> BaseModel:
+        return answer(request.view, result)
+
+    job = (job_stored_inspect, stored, settings, request, info.archive_model)
+    return await on_stored(http, (stored.digest, "inspect", request), [stored], job, shaped)
 
 
 class TensorDigest(BaseModel):
@@ -142,17 +157,19 @@ def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[TensorDi
     response_model=Report,
     responses=problem_responses(*_VERSION_PROBLEMS),
 )
-def version_validate(
+async def version_validate(
     name: str,
     ref: str,
+    request: Request,
     registry: RegistryDep,
     settings: SettingsDep,
     level: Literal["schema", "semantic"] = "semantic",
-) -> Report:
+) -> Response:
     """A stored version's validation report at level schema or semantic (every version passed
     level torch when it was pushed)."""
-    with registry.source(name, ref) as (info, source):
-        return ops.validate(source, level, settings, None, info.archive_model)
+    info, stored = await run_sync(registry.stored, name, ref)
+    job = (job_stored_validate, stored, settings, level, info.archive_model)
+    return await on_stored(request, (stored.digest, "validate", level), [stored], job)
 
 
 @router.get(
@@ -160,9 +177,10 @@ def version_validate(
     response_model=list[SymbolRange],
     responses=problem_responses(*_VERSION_PROBLEMS),
 )
-def version_ranges(
-    name: str, ref: str, registry: RegistryDep, settings: SettingsDep
-) -> list[SymbolRange]:
+async def version_ranges(
+    name: str, ref: str, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
     """The ranges of a stored version's shape symbols (the dynamic dimensions of its inputs)."""
-    with registry.source(name, ref) as (info, source):
-        return symbol_ranges(ops.read_document(source, info.archive_model, settings).doc)
+    info, stored = await run_sync(registry.stored, name, ref)
+    job = (job_stored_ranges, stored, settings, info.archive_model)
+    return await on_stored(request, (stored.digest, "ranges"), [stored], job)

@@ -227,3 +227,10 @@ def _verify(member: ZipMember, produced: int, crc: int) -> None:
             "archive-crc-mismatch",
             f"member {show_name(member.name)} has CRC-32 {crc:08x}, declares {member.crc:08x}",
         )
+
+
+def json_members_bytes(archive: ZipSource, limits: Limits) -> int:
+    """The uncompressed sizes an archive's zip directory declares for its .json members (its
+    documents' bytes, nothing decompressed); Failure or OSError where it cannot be read."""
+    with ZipReader(archive, limits, single_root=False) as reader:
+        return sum(m.size for name, m in reader.members.items() if name.endswith(".json"))

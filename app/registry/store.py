@@ -7,6 +7,7 @@ no version refers to, which `cleanup` removes (it runs whenever a `Registry` ope
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app import operations as ops
 from app.archive import open_archive
+from app.archive.zipread import json_members_bytes
 from app.registry import labels, objects, outbox, quotas, storing
 from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.auth import Access, Identity, admin_secret
@@ -37,7 +39,6 @@ from app.registry.names import (
     check_text,
     version_number,
 )
-from app.registry.packing import rebuilt
 from app.registry.records import (
     AliasInfo,
     CleanupReport,
@@ -49,6 +50,7 @@ from app.registry.records import (
     VersionPage,
 )
 from app.registry.search import SearchPage, SearchQuery, find, index_namespaces
+from app.registry.stored import StoredArchive
 from app.registry.summary import Summary
 from app.settings import Settings
 
@@ -462,14 +464,34 @@ class Registry:
         try:
             return info, self._open(digest, content == "archive")
         except FileNotFoundError:
-            again = self.version(name, str(info.version))
-            if again.deleted_at is not None:
-                raise RegistryFailure(
-                    "version-deleted", f"{name} v{info.version} was deleted meanwhile"
-                ) from None
+            raise self._missing(name, info, digest) from None
+
+    def _missing(self, name: str, info: VersionInfo, digest: str) -> RegistryFailure:
+        """Why a live version's blob could not be opened: deleted meanwhile, or gone."""
+        if self.version(name, str(info.version)).deleted_at is not None:
+            return RegistryFailure(
+                "version-deleted", f"{name} v{info.version} was deleted meanwhile"
+            )
+        return RegistryFailure(
+            "registry-unavailable", f"the blob {digest} of {name} v{info.version} is missing"
+        )
+
+    def stored(self, name: str, ref: str) -> tuple[VersionInfo, StoredArchive]:
+        """A live version's metadata and where its archive is, for another process (a document
+        worker) to open: looked up here, read there."""
+        info = self.version(name, ref)
+        if info.deleted_at is not None:
             raise RegistryFailure(
-                "registry-unavailable", f"the blob {digest} of {name} v{info.version} is missing"
-            ) from None
+                "version-deleted", f"{name} v{info.version} is deleted: {info.deleted_reason}"
+            )
+        stored = StoredArchive(info.digests.archive, self.layouts.of(info.digests.archive))
+        # the zip directory is in the skeleton (held whole): no tensor bytes are read for it
+        try:
+            with stored.open(self.blobs.objects) as handle:
+                size = json_members_bytes(handle, self.settings.limits)
+        except FileNotFoundError:
+            raise self._missing(name, info, stored.digest) from None
+        return info, dataclasses.replace(stored, document_bytes=size)
 
     @contextmanager
     def source(self, name: str, ref: str) -> Iterator[tuple[VersionInfo, ops.Source]]:
@@ -504,11 +526,8 @@ class Registry:
     def _open(self, digest: str, archive: bool) -> BinaryIO:
         """An object, or an archive rebuilt from its skeleton and tensor objects (one stored
         whole before issue 16 is its own object); FileNotFoundError if gc took it."""
-        if archive:
-            layout = self.layouts.of(digest)
-            if layout is not None:
-                return rebuilt(layout, self.blobs.open, self.blobs.objects.read_ahead)
-        return self.blobs.open(digest)
+        layout = self.layouts.of(digest) if archive else None
+        return StoredArchive(digest, layout).open(self.blobs.objects)
 
     def _model(self, conn: Connection, name: str, lock: bool = False) -> Row[Any]:
         """The model's row; `lock`: held until the transaction ends, which serializes a model's

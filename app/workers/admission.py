@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.archive.zipread import ZipReader
+from app.archive.zipread import json_members_bytes
 from app.failure import Failure
 from app.operations import media_of
 from app.settings import Limits, MiB, Settings
@@ -148,9 +148,10 @@ def document_bytes(path: Path, limits: Limits) -> int:
     declares for its .json members (read with the archive limits, nothing decompressed); else,
     or for an archive the reader refuses (as the job will, at once), the file's size."""
     if media_of(path) == "zip":
-        with suppress(Failure, OSError), ZipReader(path, limits, single_root=False) as archive:
-            return sum(m.size for name, m in archive.members.items() if name.endswith(".json"))
+        with suppress(Failure, OSError):
+            return json_members_bytes(path, limits)
     return path.stat().st_size
+
 
 
 def documents_bytes(paths: list[Path], limits: Limits) -> int:

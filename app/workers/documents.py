@@ -29,6 +29,8 @@ from app.failure import Failure
 from app.programs.diff import ProgramDiff
 from app.programs.digest import Digests
 from app.programs.findings import Level, Report
+from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
+from app.registry.stored import StoredArchive, stored_source
 from app.settings import Settings
 from app.workers.pool import LazyPool, PoolSpec
 
@@ -209,3 +211,33 @@ def job_compat(upload: Upload, settings: Settings, model: str | None) -> schema.
     """Which schema versions and torch releases can read one model's document."""
     with ops.open_source(upload.source, upload.media, settings) as source:
         return ops.compat(source, settings, model)
+
+
+def job_stored_validate(
+    stored: StoredArchive, settings: Settings, level: Level, model: str
+) -> Report:
+    """A stored version's validation report at level schema or semantic."""
+    with stored_source(stored, settings) as source:
+        return ops.validate(source, level, settings, None, model)
+
+
+def job_stored_inspect(
+    stored: StoredArchive, settings: Settings, request: ops.InspectRequest, model: str
+) -> BaseModel:
+    """One view of what is in a stored version."""
+    with stored_source(stored, settings) as source:
+        return ops.inspect(source, settings, request, model)
+
+
+def job_stored_ranges(stored: StoredArchive, settings: Settings, model: str) -> list[SymbolRange]:
+    """The ranges of a stored version's shape symbols."""
+    with stored_source(stored, settings) as source:
+        return symbol_ranges(ops.read_document(source, model, settings).doc)
+
+
+def job_stored_diff(
+    old: StoredArchive, new: StoredArchive, settings: Settings, model: str | None
+) -> ProgramDiff:
+    """What changed between one model of two stored versions."""
+    with stored_source(old, settings) as was, stored_source(new, settings) as now:
+        return ops.program_diff(was, now, settings, model)
