@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any, Literal
@@ -11,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from schema._base import FIRST_KNOWN, Arm, Version
+from schema._base import FIRST_8X, FIRST_KNOWN, Arm, Version
 from schema.description import Description, field_annotation, field_wire, union_arms
 from schema.diff import (
     Bump,
@@ -25,7 +26,7 @@ from schema.diff import (
 )
 from schema.errors import SchemaError
 from schema.history import RELEASES, format_version, versions
-from schema.io import load
+from schema.io import load, unknown_fields
 from schema.models import ENUMS, UNIONS, SchemaVersion
 from schema.readers import READERS
 
@@ -361,27 +362,70 @@ Policy = Literal["fatal", "skip"]
 
 
 def present_keys(doc: BaseModel) -> dict[str, Version | None]:
-    """Every struct key the document holds (``Type.field``) with the version it appeared in,
-    None for a key no known version declares. What torch writes holds every field, defaults too
-    (its `_dataclass_to_dict`), as ours does; a parsed document holds the keys its bytes held."""
+    """Every struct key the document holds (``Type.field``) newer than the oldest known version,
+    with the version it appeared in; None for a key no known version declares. What torch writes
+    holds every field, defaults too (its `_dataclass_to_dict`), as ours does; a parsed document
+    holds the keys its bytes held."""
+    floor = FIRST_KNOWN
     found: dict[str, Version | None] = {}
     stack: list[Any] = [doc]
     while stack:
         value = stack.pop()
         if isinstance(value, BaseModel):
-            if not isinstance(value, Arm):
-                given = value.model_fields_set
-                for f in _plan(type(value)):
-                    item = getattr(value, f.name)
-                    if f.name in given or f.default is _NO_DEFAULT or item != f.default:
-                        found.setdefault(f.path, f.since)
+            keyed = not isinstance(value, Arm)
+            given = value.model_fields_set
+            for f in _live(type(value), floor):
+                item = getattr(value, f.name)
+                if (
+                    keyed
+                    and f.since > floor
+                    and (f.name in given or f.default is _NO_DEFAULT or item != f.default)
+                ):
+                    found.setdefault(f.path, f.since)
+                if isinstance(item, _WALKED):
+                    stack.append(item)
+            if keyed:
                 for key in value.__pydantic_extra__ or {}:
                     found.setdefault(f"{type(value).__name__}.{key}", None)
-            stack.extend(v for v in value.__dict__.values() if isinstance(v, _WALKED))
         elif isinstance(value, list | dict):
             items = value.values() if isinstance(value, dict) else value
             stack.extend(item for item in items if isinstance(item, _WALKED))
     return found
+
+
+def _newer_than(doc: BaseModel, floor: Version) -> tuple[dict[str, Use], dict[str, Version | None]]:
+    """`_walk`'s features and `present_keys`' keys newer than `floor`, in one walk of the
+    parts of the document that can hold them."""
+    used: dict[str, Use] = {}
+    present: dict[str, Version | None] = {}
+    stack: list[tuple[Any, Version]] = [(doc, FIRST_KNOWN)]
+    while stack:
+        value, seen_from = stack.pop()
+        if isinstance(value, BaseModel):
+            keyed = not isinstance(value, Arm)
+            given = value.model_fields_set
+            for f in _live(type(value), floor):
+                item = getattr(value, f.name)
+                at_default = f.default is not _NO_DEFAULT and item == f.default
+                if f.since > floor:
+                    if keyed and (f.name in given or not at_default) and f.path not in present:
+                        present[f.path] = f.since
+                    if not at_default:
+                        old = used.get(f.path)
+                        if old is None or seen_from < old.seen_from:
+                            used[f.path] = Use(f.since, f.kind, seen_from)
+                if not at_default and isinstance(item, _WALKED):
+                    stack.append((item, max(seen_from, f.since)))
+        elif isinstance(value, list | dict):
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, seen_from) for item in items if isinstance(item, _WALKED))
+        elif isinstance(value, IntEnum) and type(value) in ENUMS:
+            since = _enum_since(value)
+            path = f"{type(value).__name__}.{value.name}"
+            old = used.get(path)
+            if since > floor and (old is None or seen_from < old.seen_from):
+                used[path] = Use(since, "enum", seen_from)
+    return used, present
 
 
 @dataclass(frozen=True)
@@ -393,11 +437,17 @@ class DocumentUse:
     present: dict[str, Version | None]
 
 
-def document_use(doc: BaseModel) -> DocumentUse:
-    """The parts of `doc` (an ExportedProgram) that decide which readers load it."""
+def document_use(doc: BaseModel, unknown: Sequence[str] | None = None) -> DocumentUse:
+    """The parts of `doc` (an ExportedProgram) that decide which 8.x readers load it: what it
+    holds newer than the first 8.x version. `unknown` is `schema.unknown_fields(doc)` when the
+    caller has it (a read notes them), else it is worked out."""
     declared = getattr(doc, "schema_version", None)
     major = declared.major if isinstance(declared, SchemaVersion) else None
-    return DocumentUse(major, used_features(doc), present_keys(doc))
+    used, present = _newer_than(doc, FIRST_8X)
+    # every undeclared key, as its JSON pointer (wherever it is)
+    for path in unknown_fields(doc) if unknown is None else unknown:
+        present.setdefault(path, None)
+    return DocumentUse(major, used, present)
 
 
 @dataclass(frozen=True)
@@ -470,8 +520,9 @@ def compat(doc: BaseModel | bytes | str) -> Compat:
     """The oldest schema version and the torch releases that read `doc` (an ExportedProgram)."""
     model = load(doc) if isinstance(doc, bytes | str) else doc
     use = document_use(model)
+    used = used_features(model)
     floor = sorted(v for v in RELEASES if v[0] == use.major)[:1]
-    need = max([u.since for u in use.used.values()] + floor, default=FIRST_KNOWN)
+    need = max([u.since for u in used.values()] + floor, default=FIRST_KNOWN)
     readable: list[str] = []
     not_readable: list[tuple[str, str]] = []
     ignoring: list[tuple[str, str]] = []
@@ -484,7 +535,7 @@ def compat(doc: BaseModel | bytes | str) -> Compat:
                 ignoring.append((release, ignoring_message(v, read)))
             else:
                 readable.append(release)
-    features = sorted(use.used.items(), key=lambda item: (item[1].since, item[0]))
+    features = sorted(used.items(), key=lambda item: (item[1].since, item[0]))
     return Compat(
         min_version=format_version(need),
         features=[(path, format_version(u.since)) for path, u in features],

@@ -81,7 +81,7 @@ def validate_document(
         found.extend(screen(doc, limits, pickled, graphs=graphs))
         unchecked = [*(["weights"] if tensors is None else []), "torch"]
     version = schema_floor(doc)
-    readable = [v.release for v in verdicts(doc) if v.readable and not v.ignoring]
+    readable = [v.release for v in verdicts(doc, unknown) if v.readable and not v.ignoring]
     findings = found.result()
     return Report(
         valid=not any(f.severity == "error" for f in findings),

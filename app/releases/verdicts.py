@@ -5,7 +5,7 @@ registry)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,9 +27,12 @@ class ReleaseVerdict:
     reasons: tuple[str, ...]
 
 
-def verdicts(doc: schema.ExportedProgram) -> list[ReleaseVerdict]:
-    """One verdict per release we ship rules for, oldest first."""
-    use = document_use(doc)
+def verdicts(
+    doc: schema.ExportedProgram, unknown: Sequence[str] | None = None
+) -> list[ReleaseVerdict]:
+    """One verdict per release we ship rules for, oldest first (`unknown`: the JSON pointers of
+    the keys the schema does not declare, when the caller's read found them)."""
+    use = document_use(doc, unknown)
     calls = _Calls.of(doc)
     shipped = [rules(r) for r in releases()]
     writer = judging(doc.torch_version)[0]

@@ -15,7 +15,13 @@ import yaml
 import schema
 from app.programs.validation import schema_floor
 from bench.zoo import PROGRAM_NAMES
-from schema.compat import newest_used, present_keys, reader_policy, used_features
+from schema.compat import (
+    document_use,
+    newest_used,
+    present_keys,
+    reader_policy,
+    used_features,
+)
 from schema.jsonschema import description_json_schema
 
 EIGHT_X = [v.version for v in schema.versions() if v.describable]
@@ -342,3 +348,15 @@ def test_newest_used_finds_one_newer_feature_deep_in_a_subgraph(
     newer(_subgraph(tree))
     doc = schema.load(orjson.dumps(tree))
     assert newest_used(doc) == max(u.since for u in used_features(doc).values()) == (8, 20)
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_document_use_is_the_full_walks_above_the_first_8x(
+    name: str, zoo_json: dict[str, bytes]
+) -> None:
+    doc = schema.load(zoo_json[name])
+    use = document_use(doc)
+    assert use.used == {p: u for p, u in used_features(doc).items() if u.since > (8, 2)}
+    assert use.present == {
+        p: v for p, v in present_keys(doc).items() if v is not None and v > (8, 2)
+    }
