@@ -241,12 +241,14 @@ def target_problem(target: str, release: str = INSTALLED) -> str | None:
     function it writes itself, or None.
 
     An unknown operator of a namespace torch registers is not a safety problem (torch's lookup
-    fails); semantic validation reports it.
+    fails); semantic validation reports it. What `release` (the one that wrote the program) or
+    the pinned torch registers is torch's own; a worker whose torch lacks it refuses the program
+    before resolving anything (`app.operations.refuse_operators_not_in`).
     """
     if target in IMPORTING_PYTHON_TARGETS:
         return f"{target!r} imports the module its arguments name when the program runs"
-    rules = release_rules(release)
-    if target in rules.python_targets() or _EXTENSION.fullmatch(target):
+    known = (release_rules(release), installed())
+    if any(target in r.python_targets() for r in known) or _EXTENSION.fullmatch(target):
         return None
     parts = target.split(".")
     if parts[:2] != ["torch", "ops"] or not all(_IDENTIFIER.fullmatch(p) for p in parts[2:]):
@@ -255,23 +257,23 @@ def target_problem(target: str, release: str = INSTALLED) -> str | None:
             "nor a Python function torch writes"
         )
     if len(parts) == 4 and parts[2] == "higher_order":
-        if rules.is_higher_order(parts[3]):
+        if any(r.is_higher_order(parts[3]) for r in known):
             return None
         return f"{target!r} is not a higher-order operator torch registers"
     if len(parts) != 5:
         return f"{target!r} is not torch.ops.<namespace>.<operator>.<overload>"
     namespace, name, overload = parts[2:]
-    if rules.has_overload(namespace, name, overload):
+    if any(r.has_overload(namespace, name, overload) for r in known):
         return None
-    # the attributes of the worker's torch objects as well as those of the writer's
     if any(
         namespace in r.attribute_names("ops")
         or name in r.attribute_names("namespace")
         or overload in r.attribute_names("packet")
-        for r in (rules, installed())
+        for r in known
     ):
         return f"{target!r} names an attribute of torch's operator objects, not an operator"
-    if not rules.is_builtin_namespace(namespace) and any(_dunder(p) for p in parts[2:]):
+    builtin = any(r.is_builtin_namespace(namespace) for r in known)
+    if not builtin and any(_dunder(p) for p in parts[2:]):
         return f"{target!r}: a custom operator name cannot be a special (dunder) name"
     return None
 

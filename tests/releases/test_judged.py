@@ -16,7 +16,7 @@ from app.cli import EXIT_OK, main
 from app.main import create_app
 from app.operations import OperationFailure
 from app.programs.validation import validate_document
-from app.releases import releases_with, running
+from app.releases import lacking, releases_with, rules, running
 from app.settings import Settings
 from tests.releases.written import archive, document
 
@@ -123,3 +123,23 @@ def test_cli_deserialize_refuses_with_the_code_and_each_operator(
         "aten::linalg_polar: torch 2.13.0 has no such operator (torch 2.14.1, 2.15.0 have it)",
     ]
     assert not out.exists()
+
+
+def test_the_screen_takes_what_the_writer_or_the_pinned_torch_registers() -> None:
+    doc = orjson.loads(schema.dump(document("torch-2.14.1-linalg_polar")))
+    node = doc["graph_module"]["graph"]["nodes"][0]
+    node["target"] = "torch.ops.higher_order.switch"  # a higher-order op new in 2.14
+    written = schema.load(orjson.dumps(doc))
+    assert not [
+        f
+        for f in validate_document(written, "semantic", SETTINGS.limits).findings
+        if f.code == "unsafe-target"
+    ]
+    node["target"] = "torch.ops.higher_order.no_such_hop"
+    refused = validate_document(schema.load(orjson.dumps(doc)), "semantic", SETTINGS.limits)
+    assert [f.code for f in refused.findings if f.severity == "error"] == ["unsafe-target"]
+    # a 2.13 worker resolves neither; it refuses the first before torch sees it
+    assert (
+        "torch.ops.higher_order.switch",
+        ("higher_order.switch: torch 2.13.0 has no such higher-order operator"),
+    ) in lacking(written, rules("2.13.0"))
