@@ -16,10 +16,15 @@ class Health(BaseModel):
     """A health answer."""
 
     status: str
-    #: the torch version the workers run (`2.15.0+cu132`), in a readiness answer
-    torch: str | None = None
+
+
+class Readiness(Health):
+    """A readiness answer: which torch the workers run."""
+
+    #: the torch version a worker reports (`2.15.0+cu132`)
+    torch: str
     #: the release whose rules that torch has (`2.15.0`), or None when we hold none for it
-    torch_release: str | None = None
+    torch_release: str | None
 
 
 @router.get("/healthz", response_model=Health)
@@ -30,15 +35,15 @@ def healthz() -> Health:
 
 @router.get(
     "/readyz",
-    response_model=Health,
+    response_model=Readiness,
     responses=problem_responses("worker-start-failed", "worker-timeout"),
 )
-def readyz(pool: PoolDep) -> Health:
+def readyz(pool: PoolDep) -> Readiness:
     """Ready: a torch worker has imported torch and answers (the first call starts the pool);
     says which torch it runs."""
     pool.ready()
     version = pool.torch_version()
     release = version.split("+")[0]
-    return Health(
+    return Readiness(
         status="ready", torch=version, torch_release=release if release in releases() else None
     )
