@@ -45,7 +45,7 @@ export async function tryPage(main) {
         ),
         section(
           "Validation",
-          h("p", { id: "valid" }, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; schema ${report.min_schema_version} or newer, torch ${report.oldest_torch_release} or newer`),
+          h("p", { id: "valid" }, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; schema ${report.min_schema_version} or newer; loaded as it is by torch ${report.readable_by.join(", ") || "none we know"}`),
           findingsTable(report.findings),
         ),
       );
