@@ -131,8 +131,8 @@ def _validate(args: argparse.Namespace) -> int:
             report = ops.validate(opened, args.level, settings, pool, args.model, weights)
     lines = [
         f"{'valid' if report.valid else 'INVALID'} at level {report.level}; "
-        f"schema >= {report.min_schema_version or '?'}, "
-        f"torch >= {report.oldest_torch_release or '?'}"
+        f"schema >= {report.min_schema_version or '?'}; "
+        f"loaded as it is by torch {', '.join(report.readable_by) or '(none we know)'}"
     ]
     lines += [f"  {f.severity:7} {f.code:28} {f.path or '/'}  {f.message}" for f in report.findings]
     if report.namespaces_to_register:
