@@ -65,7 +65,8 @@ def test_compat_says_which_releases_read_ignoring_fields(
     assert sorted(ignoring) == ["2.10.0", "2.9.0", "2.9.1"]
     # torch 2.6 to 2.8 build each dataclass with cls(**data): the keys they lack are fatal
     refused = dict(data["not_readable_by"])
-    assert "unknown key Node.name (since 8.17): torch 2.8.0's reader refuses keys" in (
-        refused["2.8.0"]
+    assert (
+        "unknown key Node.name (since 8.17): torch 2.8.0's reader refuses keys"
+        in (refused["2.8.0"])
     )
     assert data["readable_by"][0] == "2.11.0"
