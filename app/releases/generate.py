@@ -71,9 +71,11 @@ def readers_table() -> str:
 
 
 def _venv_python(venvs: Path, release: str) -> str | None:
-    if release == INSTALLED:
-        return sys.executable
+    """The interpreter of `release`'s venv (this one for the pinned release), if it runs that
+    torch."""
     python = venvs / f"v{release}" / "bin" / "python"
+    if release == INSTALLED:
+        python = Path(sys.executable)
     if not python.exists():
         return None
     probe = subprocess.run(
