@@ -86,6 +86,8 @@ _NAME_PROBLEMS = (
 )
 _REF_PROBLEMS = (*_NAME_PROBLEMS, "version-not-found", "alias-not-found")
 _CONTENT_PROBLEMS = (*_REF_PROBLEMS, "version-deleted")
+#: an answer of stored bytes (app.api.ranges): no range inside it, or a client over its cap
+_DOWNLOAD_PROBLEMS = ("range-not-satisfiable", "too-many-downloads")
 _PUSH_PROBLEMS = (
     *AUTH_PROBLEMS,
     "rate-limited",
@@ -348,7 +350,7 @@ def delete_version(
         200: {"content": {_ZIP: _BYTES}, "description": "The .pt2 the registry wrote"},
         206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag (the archive digest)"},
-        **problem_responses(*_CONTENT_PROBLEMS, "range-not-satisfiable"),
+        **problem_responses(*_CONTENT_PROBLEMS, *_DOWNLOAD_PROBLEMS),
     },
 )
 def get_archive(
@@ -392,7 +394,7 @@ def get_document(
         },
         206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag"},
-        **problem_responses(*_CONTENT_PROBLEMS, "range-not-satisfiable"),
+        **problem_responses(*_CONTENT_PROBLEMS, *_DOWNLOAD_PROBLEMS),
     },
 )
 def get_canonical(
@@ -504,7 +506,7 @@ def delete_alias(name: str, alias: str, who: WriteDep, registry: RegistryDep) ->
         206: {"description": "The requested byte range (several: multipart/byteranges)"},
         304: {"description": "If-None-Match matched the ETag (the digest)"},
         **problem_responses(
-            *AUTH_PROBLEMS, "blob-not-found", "registry-unavailable", "range-not-satisfiable"
+            *AUTH_PROBLEMS, "blob-not-found", "registry-unavailable", *_DOWNLOAD_PROBLEMS
         ),
     },
 )
