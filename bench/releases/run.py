@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.releases.generate import RELEASES
 from bench.progress import progress
 from bench.releases import ours
 from bench.releases.matrix import (
@@ -39,7 +40,7 @@ from bench.releases.matrix import (
     truth_from_json,
     truth_to_json,
 )
-from bench.releases.venvs import RELEASES, ensure
+from bench.releases.venvs import ensure
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -8,23 +8,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+# the release the project's own venv pins (the local CPU wheel) serves as that release's venv
+from app.releases.rules import INSTALLED as PINNED
 from bench.progress import progress
 
-#: Every release whose reader the matrix checks, oldest first.
-RELEASES = (
-    "2.6.0",
-    "2.7.1",
-    "2.8.0",
-    "2.9.1",
-    "2.10.0",
-    "2.11.0",
-    "2.12.1",
-    "2.13.0",
-    "2.14.1",
-    "2.15.0",
-)
-#: The release the project's own venv pins (the local CPU wheel): it serves as that release's venv.
-PINNED = "2.13.0"
 VERSION_TIMEOUT = 180
 CREATE_TIMEOUT = 300
 # a CUDA wheel and its libraries are several GB

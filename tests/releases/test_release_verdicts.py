@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import schema
+from app.releases.generate import RELEASES
 from bench.releases import ours
 from bench.releases.matrix import between_markers, disagreements
 from bench.releases.run import DATA, README, RESULTS, stored, table_block
-from bench.releases.venvs import RELEASES
 
 DATA_, TRUTH = stored()
 
