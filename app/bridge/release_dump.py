@@ -14,19 +14,26 @@ never what we believe of it:
   writes, and whether its `torch.export.load` reads the legacy layout of 2.6 and 2.7;
 - the operator registry (`opset_dump`) and the `weights_only` rules (`weights_only_dump`), both
   read in a fresh process that has only loaded that program with `torch.export.load`, which is
-  what a consumer's process holds when it reads a program.
+  what a consumer's process holds when it reads a program;
+- of the Python targets that registry lists (what the writer names and the verifier admits), only
+  those this release's reader really builds a node for: each is probed by a node naming it, put
+  into the probe program and deserialized. Up to 2.12 `deserialize_node` has no branch for a
+  plain callable (the predispatch vmap functions, autocast, grad mode), so a program naming one
+  does not load there, though that release writes it.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import gzip
 import json
 import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +84,10 @@ def rules(archive: Path) -> dict[str, Any]:
         timeout=900,
     )
     loaded = json.loads(after_load.stdout)
+    opset = loaded["opset"]
+    read = _read_targets(artifact, doc, set(opset["python_targets"]))
+    # the list keeps its repeats (a callable the writer meets twice, e.g. operator.add)
+    opset["python_targets"] = [name for name in opset["python_targets"] if name in read]
     return {
         "format": FORMAT,
         "release": torch.__version__.split("+")[0],
@@ -85,13 +96,14 @@ def rules(archive: Path) -> dict[str, Any]:
         "source": (
             f"dumped under torch {torch.__version__} by app/bridge/release_dump.py: the registry "
             "after torch.export.load of a probe program, the reader probed by deserializing it "
-            "with an unknown key, union arm and enum value"
+            "with an unknown key, union arm and enum value, and with a node naming each Python "
+            "target"
         ),
         "reader": reader,
         # what its torch.export.save writes: one serialized_exported_program.json (up to 2.7), or
         # the archive of <root>/models/, data/ and archive_format (from 2.8)
         "archive_layout": _layout(archive),
-        "opset": loaded["opset"],
+        "opset": opset,
         "weights_only": loaded["weights_only"],
         # the names a treespec's types (and namedtuple contexts) may have for its reader
         "pytree_types": loaded["pytree_types"],
@@ -148,6 +160,64 @@ def _legacy_archive(artifact: Any, path: Path) -> Any:
     except Exception as error:  # noqa: BLE001  (any failure to load is the answer)
         return {"policy": "fatal", "error": _said(error)}
     return {"policy": "skip"}
+
+
+class _Built(Exception):  # noqa: N818  (a signal, not an error)
+    """The reader got as far as building the probe node's call."""
+
+
+def _read_targets(artifact: Any, doc: dict[str, Any], names: set[str]) -> set[str]:
+    """The Python target names this release's reader turns into a call of that callable."""
+    return {name for name in names if _builds_call(artifact, doc, name)}
+
+
+def _builds_call(artifact: Any, doc: dict[str, Any], name: str) -> bool:
+    """Whether deserializing the probe program with a first node naming `name` builds an FX call
+    of the callable the writer names so.
+
+    The node has no inputs and one SymInt output: the shape torch's symbolic-operator branch reads
+    before it builds its call (its name comes from that output up to 2.12), and one the other
+    branches do not read before theirs. The load stops where the call is built: what a real node
+    needs after that (its outputs' values, the verifier's view of its arguments) belongs to a call
+    site the probe does not have, while the refusal this is about (no branch takes the target)
+    happens before it.
+    """
+    changed = copy.deepcopy(doc)
+    probe = {
+        "target": name,
+        "inputs": [],
+        "outputs": [{"as_sym_int": {"as_name": _PROBE}}],
+        "metadata": {},
+    }
+    changed["graph_module"]["graph"]["nodes"].insert(0, probe)
+    with _calls_built() as built:
+        try:
+            _load(artifact, changed)
+        except Exception:  # noqa: BLE001, S110  (the record below is the answer, not the error)
+            pass
+    writer = torch_serde.GraphModuleSerializer.__new__(torch_serde.GraphModuleSerializer)
+    return bool(built) and writer.serialize_operator(built[0]) == name
+
+
+@contextmanager
+def _calls_built() -> Iterator[list[Any]]:
+    """Record the target of the first `call_function` node an FX graph builds, and stop there
+    (the probe node is the first node of the program's graph; placeholders come before it)."""
+    built: list[Any] = []
+    original = torch.fx.Graph.create_node
+
+    @functools.wraps(original)
+    def create_node(graph: torch.fx.Graph, op: str, target: Any, *args: Any, **kwargs: Any) -> Any:
+        if op == "call_function":
+            built.append(target)
+            raise _Built
+        return original(graph, op, target, *args, **kwargs)
+
+    torch.fx.Graph.create_node = create_node  # type: ignore[method-assign]
+    try:
+        yield built
+    finally:
+        torch.fx.Graph.create_node = original  # type: ignore[method-assign]
 
 
 def _first_node(doc: dict[str, Any]) -> dict[str, Any]:

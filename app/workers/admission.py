@@ -153,7 +153,6 @@ def document_bytes(path: Path, limits: Limits) -> int:
     return path.stat().st_size
 
 
-
 def documents_bytes(paths: list[Path], limits: Limits) -> int:
     """The bytes of JSON these uploads hold (see `document_bytes`)."""
     return sum(document_bytes(p, limits) for p in paths)

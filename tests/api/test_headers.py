@@ -55,8 +55,7 @@ def test_api_pages_allow_their_own_scripts_only(client: TestClient, path: str) -
     assert "'unsafe-inline'" not in scripts
     inline = re.findall(r"<script>(.*?)</script>", answer.text, re.DOTALL)
     hashes = {
-        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
-        for s in inline
+        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline
     }
     assert hashes == {s for s in scripts if s.startswith("'sha256-")}
     linked = re.findall(r'<script src="(https://[^/"]+)/', answer.text)
