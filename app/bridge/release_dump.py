@@ -25,7 +25,6 @@ never what we believe of it:
 from __future__ import annotations
 
 import copy
-import functools
 import gzip
 import json
 import subprocess
@@ -33,7 +32,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +175,11 @@ def _builds_call(artifact: Any, doc: dict[str, Any], name: str) -> bool:
     of the callable the writer names so.
 
     The node has no inputs and one SymInt output: the shape torch's symbolic-operator branch reads
-    before it builds its call (its name comes from that output up to 2.12), and one the other
-    branches do not read before theirs. The load stops where the call is built: what a real node
-    needs after that (its outputs' values, the verifier's view of its arguments) belongs to a call
-    site the probe does not have, while the refusal this is about (no branch takes the target)
-    happens before it.
+    before it builds its call (its name comes from that output up to 2.12), and one the branch
+    for plain callables (from 2.13) does not read before its own. The load stops where the call is
+    built: what a real node needs after that (its outputs' values, the verifier's view of its
+    arguments) belongs to a call site the probe does not have, while the refusal this is about
+    (no branch takes the target) happens before it.
     """
     changed = copy.deepcopy(doc)
     probe = {
@@ -190,11 +189,10 @@ def _builds_call(artifact: Any, doc: dict[str, Any], name: str) -> bool:
         "metadata": {},
     }
     changed["graph_module"]["graph"]["nodes"].insert(0, probe)
-    with _calls_built() as built:
-        try:
-            _load(artifact, changed)
-        except Exception:  # noqa: BLE001, S110  (the record below is the answer, not the error)
-            pass
+    # the load fails either way (the probe stops it, or the reader refuses the target): what
+    # was built is the answer, not the error
+    with _calls_built() as built, suppress(Exception):
+        _load(artifact, changed)
     writer = torch_serde.GraphModuleSerializer.__new__(torch_serde.GraphModuleSerializer)
     return bool(built) and writer.serialize_operator(built[0]) == name
 
@@ -206,14 +204,16 @@ def _calls_built() -> Iterator[list[Any]]:
     built: list[Any] = []
     original = torch.fx.Graph.create_node
 
-    @functools.wraps(original)
-    def create_node(graph: torch.fx.Graph, op: str, target: Any, *args: Any, **kwargs: Any) -> Any:
+    def create_node(
+        graph: torch.fx.Graph, op: str, target: Any, *args: Any, **kwargs: Any
+    ) -> torch.fx.Node:
         if op == "call_function":
             built.append(target)
             raise _Built
         return original(graph, op, target, *args, **kwargs)
 
-    torch.fx.Graph.create_node = create_node  # type: ignore[method-assign]
+    # a wider signature than torch's annotation, and a class attribute on purpose
+    torch.fx.Graph.create_node = create_node  # type: ignore[method-assign,assignment]
     try:
         yield built
     finally:
