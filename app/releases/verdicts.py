@@ -180,8 +180,9 @@ def pytree_types(doc: schema.ExportedProgram) -> list[str]:
         for spec in (entry.signature.in_spec, entry.signature.out_spec):
             try:
                 tree = json.loads(spec)
-            except ValueError:
-                continue  # the screen and semantic validation report it
+            except (ValueError, RecursionError):
+                # the screen reports it; Python's parser recurses once per level of nesting
+                continue
             stack: list[Any] = [tree]
             while stack:
                 item = stack.pop()
@@ -201,7 +202,7 @@ def _spec_types(node: dict[str, Any], found: set[str]) -> None:
     if kind == "collections.namedtuple" and isinstance(context, str):
         try:
             name = json.loads(context)
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if isinstance(name, str):
             found.add(name)

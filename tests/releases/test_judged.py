@@ -143,3 +143,16 @@ def test_the_screen_takes_what_the_writer_or_the_pinned_torch_registers() -> Non
         "torch.ops.higher_order.switch",
         ("higher_order.switch: torch 2.13.0 has no such higher-order operator"),
     ) in lacking(written, rules("2.13.0"))
+
+
+@pytest.mark.parametrize("depth", [3000, 100_000])
+def test_a_treespec_nested_past_the_parser_is_a_finding_not_a_crash(depth: int) -> None:
+    doc = document("torch-2.14.1-linalg_polar")
+    signature = next(e.signature for e in doc.graph_module.module_call_graph if e.signature)
+    assert signature is not None
+    opening = '{"type": "builtins.tuple", "context": "null", "children_spec": ['
+    leaf = '{"type": null, "context": null, "children_spec": []}'
+    signature.in_spec = "[1, " + opening * depth + leaf + "]}" * depth + "]"
+    report = validate_document(doc, "semantic", SETTINGS.limits)
+    assert not report.valid
+    assert "unsafe-treespec" in {f.code for f in report.findings}
