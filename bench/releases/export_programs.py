@@ -196,6 +196,16 @@ def _scaled_addmm() -> tuple[nn.Module, Inputs, Any]:
     return _Apply(fn), (torch.randn(4, 8), *mats), None
 
 
+def _vmap() -> tuple[nn.Module, Inputs, Any]:
+    # from 2.9, export keeps torch.vmap as calls of plain Python functions
+    # (torch._functorch.predispatch: lazy_load_decompositions, _add_batch_dim, ...), which only
+    # readers with a branch for callable targets (2.13+) load
+    def fn(x: torch.Tensor) -> Any:
+        return torch.vmap(lambda row: row.sin() * 2)(x)
+
+    return _Apply(fn), (torch.randn(3, 4),), None
+
+
 def _randint() -> tuple[nn.Module, Inputs, Any]:
     def fn(shape: torch.Tensor, key: torch.Tensor) -> Any:
         return _call("aten::_philox_randint.default", shape, key, 0, 10)
@@ -219,6 +229,7 @@ PROGRAMS = (
     Program("philox_key_fold_in", ("aten::_philox_key_fold_in.Tensor",), _fold_in),
     Program("scaled_addmm", ("aten::_scaled_addmm.default",), _scaled_addmm),
     Program("philox_randint", ("aten::_philox_randint.default",), _randint),
+    Program("vmap", (), _vmap),
 )
 
 
