@@ -12,6 +12,7 @@ import schema
 from app.failure import Failure
 from app.programs.for_release import for_release, resolve
 from app.releases import UnknownRelease, releases, rules
+from bench.releases.run import DATA as MATRIX
 
 
 def _doc(raw: bytes, change: Any = None) -> schema.ExportedProgram:
@@ -93,3 +94,24 @@ def test_an_operator_the_release_lacks_is_refused_by_name(zoo_json: dict[str, by
     assert [(i.path, i.message) for i in refused.value.issues] == [
         ("/graph_module/graph/nodes/0", "aten::linalg_polar: torch 2.13.0 has no such operator")
     ]
+
+
+def test_a_python_target_the_release_does_not_read_is_refused() -> None:
+    # torch.vmap as torch 2.13 writes it: plain functions as node targets, which torch 2.12's
+    # reader has no branch for (the real load fails: tests/data/releases/loads.json)
+    doc = schema.load((MATRIX / "2.13.0" / "vmap.json").read_bytes())
+    targets = {i: node.target for i, node in enumerate(doc.graph_module.graph.nodes)}
+    assert for_release(doc, "2.13")[1].version == "8.20"
+    with pytest.raises(Failure) as refused:
+        for_release(doc, "2.12.1")
+    assert refused.value.code == "release-missing-operator"
+    assert refused.value.message == (
+        "torch 2.12.1 cannot run the program: torch._functorch.predispatch."
+        "lazy_load_decompositions: torch 2.12.1 does not read this Python target (and 4 more)"
+    )
+    assert [(i.path, i.message) for i in refused.value.issues] == [
+        (f"/graph_module/graph/nodes/{i}", f"{t}: torch 2.12.1 does not read this Python target")
+        for i, t in targets.items()
+        if t.startswith("torch._functorch.predispatch.")
+    ]
+    assert len(refused.value.issues) == 5

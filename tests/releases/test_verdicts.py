@@ -7,6 +7,7 @@ import pytest
 
 import schema
 from app.releases import releases, verdicts
+from bench.releases.run import DATA as MATRIX
 from tests.releases.written import document
 
 #: The releases whose `torch.export.load` loaded each written program, from a real load in a
@@ -95,3 +96,24 @@ def test_another_major_is_refused_by_every_release(zoo_json: dict[str, bytes]) -
         assert any(
             r.endswith("refuses documents of another major (this one is 9.x)") for r in v.reasons
         ), v
+
+
+def test_plain_python_targets_are_read_from_2_13_on() -> None:
+    # torch 2.13 exports torch.vmap as calls of plain functions (torch._functorch.predispatch);
+    # deserialize_node has a branch for a callable target only from 2.13, and the real loads
+    # (tests/data/releases/loads.json) fail in every older release
+    doc = schema.load((MATRIX / "2.13.0" / "vmap.json").read_bytes())
+    found = {v.release: v for v in verdicts(doc)}
+    assert [r for r, v in found.items() if v.readable] == ["2.13.0", "2.14.1", "2.15.0"]
+    lacking = (
+        "_add_batch_dim",
+        "_remove_batch_dim",
+        "_vmap_decrement_nesting",
+        "_vmap_increment_nesting",
+        "lazy_load_decompositions",
+    )
+    for release in ("2.9.1", "2.10.0", "2.11.0", "2.12.1"):
+        said = f"torch {release} does not read this Python target"
+        assert found[release].reasons == tuple(
+            f"torch._functorch.predispatch.{name}: {said}" for name in lacking
+        )
