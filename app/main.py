@@ -13,7 +13,6 @@ from app.api import (
     docs,
     health,
     org,
-    problems,
     programs,
     registry,
     schemas,
@@ -31,7 +30,8 @@ from app.api.auth import (
 from app.api.deps import LazyPool
 from app.api.direct import DirectValidate
 from app.api.headers import NoSniff, install_pages
-from app.api.problems import problem_responses
+from app.http import problems
+from app.http.problems import problem_responses
 from app.settings import Settings
 from app.workers.admission import Admission
 from app.workers.documents import DocumentRunner

@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     body_idle_timeout_s: float = 30.0
     #: a plain request body of at least this many bytes (with a Content-Length) is spliced from
     #: the socket into its file, never passing through the service; its connection then closes
-    #: after the answer (app.api.cycle).
+    #: after the answer (app.http.cycle).
     direct_body_bytes: int = 16 * MiB
     #: a request body not complete this many seconds after its head is cut off (408), however
     #: steadily it trickles (0: no limit); 600 s lets a 512 MiB upload arrive at 1 MiB/s.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from app.api.problems import CATALOGUE
+from app.http.problems import CATALOGUE
 
 router = APIRouter(prefix="/v1", tags=["problems"])
 

@@ -18,7 +18,7 @@ from fastapi import Depends, Query, Request
 from pydantic import AwareDatetime, BeforeValidator
 
 from app import operations as ops
-from app.api.uploads import Upload, content_type, receive, stream_body
+from app.http.uploads import Upload, content_type, receive, stream_body
 from app.settings import Settings
 from app.workers import pool as workers
 from app.workers.admission import Admission, documents_bytes, memory_need

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 import schema
-from app.api.problems import PROBLEM_SCHEMA_REF, Problem
+from app.http.problems import PROBLEM_SCHEMA_REF, Problem
 
 COMPONENTS = "#/components/schemas/"
 ZIP = "application/zip"
@@ -20,7 +20,7 @@ DOCUMENT_BODY = {
 }
 
 
-#: The problems of reading an upload at all (app.api.uploads).
+#: The problems of reading an upload at all (app.http.uploads).
 _UPLOAD_PROBLEMS = (
     "bad-request",
     "bad-multipart",

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.api.deps import PoolDep
-from app.api.problems import problem_responses
+from app.http.problems import problem_responses
 from app.releases import releases
 
 router = APIRouter(tags=["health"])

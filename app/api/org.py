@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, StrictBool
 
 from app.api.auth import AUTH_PROBLEMS, CallerDep, ManageDep, ensure
 from app.api.deps import DateTime
-from app.api.problems import problem_responses
+from app.http.problems import problem_responses
 from app.registry import Registry, check_model_name
 from app.registry.audit import AuditPage, AuditQuery, entries
 from app.registry.auth import (

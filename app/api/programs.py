@@ -31,10 +31,10 @@ from app.api.deps import (
     settings_of,
 )
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
-from app.api.problems import ServiceError, problem_responses
-from app.api.spliced import SplicedResponse
-from app.api.uploads import Part, Upload, receive
 from app.archive import ManifestEntry
+from app.http.problems import ServiceError, problem_responses
+from app.http.spliced import SplicedResponse
+from app.http.uploads import Part, Upload, receive
 from app.programs.diff import ProgramDiff, render_text
 from app.programs.findings import Level, Report
 from app.programs.inspect.registry import InspectAnswer, answer

@@ -32,11 +32,11 @@ from app.api.auth import (
 )
 from app.api.deps import PoolDep, SettingsDep, Work, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
-from app.api.problems import ServiceError, problem_responses
-from app.api.ranges import bytes_response
 from app.api.stored import on_stored, run_sync
-from app.api.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.archive import open_archive
+from app.http.problems import ServiceError, problem_responses
+from app.http.ranges import bytes_response
+from app.http.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.programs.diff import ProgramDiff
 from app.registry import (
     MAX_VERSION,
@@ -86,7 +86,7 @@ _NAME_PROBLEMS = (
 )
 _REF_PROBLEMS = (*_NAME_PROBLEMS, "version-not-found", "alias-not-found")
 _CONTENT_PROBLEMS = (*_REF_PROBLEMS, "version-deleted")
-#: an answer of stored bytes (app.api.ranges): no range inside it, or a client over its cap
+#: an answer of stored bytes (app.http.ranges): no range inside it, or a client over its cap
 _DOWNLOAD_PROBLEMS = ("range-not-satisfiable", "too-many-downloads")
 _PUSH_PROBLEMS = (
     *AUTH_PROBLEMS,

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 import schema
 from app.api.deps import UploadDep
 from app.api.docs import request_body
-from app.api.problems import ServiceError, problem_responses
+from app.http.problems import ServiceError, problem_responses
 from schema.diff import DescriptionLike
 
 router = APIRouter(prefix="/v1/schema", tags=["schema"])

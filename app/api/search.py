@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query
 
 from app.api.auth import AUTH_PROBLEMS, CallerDep, has
 from app.api.deps import DateTime
-from app.api.problems import problem_responses
 from app.api.registry import RegistryDep
+from app.http.problems import problem_responses
 from app.registry import check_model_name
 from app.registry.search import SearchPage, SearchQuery, parse_tag
 

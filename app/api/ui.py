@@ -12,7 +12,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from app.api.problems import ServiceError
+from app.http.problems import ServiceError
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 

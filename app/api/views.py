@@ -20,9 +20,9 @@ from app.api.deps import (
 )
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.graphs import upload_graph, version_graph_file
-from app.api.problems import ServiceError, problem_responses
 from app.api.registry import RegistryDep
 from app.api.stored import on_stored, run_sync
+from app.http.problems import ServiceError, problem_responses
 from app.programs.findings import Report
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
 from app.programs.inspect.registry import InspectAnswer, answer

@@ -15,8 +15,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from app.api.auth import AUTH_PROBLEMS, Caller, CallerDep, has
-from app.api.problems import problem_responses
 from app.api.registry import RegistryDep
+from app.http.problems import problem_responses
 from app.registry import Registry, check_model_name
 from app.registry import webhooks as hooks
 from app.registry.auth import AccessFailure

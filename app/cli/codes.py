@@ -1,6 +1,6 @@
 """The codes the CLI and its HTTP client report themselves.
 
-A failure the server answered with keeps the server's problem code (app/api/problems.py lists
+A failure the server answered with keeps the server's problem code (app/http/problems.py lists
 those); these are the ones that arise on the client's side, so the server's catalogue, which is
 what the service can answer, does not list them. A test keeps this table equal to the codes the
 CLI and app/client.py use.

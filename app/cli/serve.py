@@ -43,7 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api.auth import startup_problem
-    from app.api.protocol import PROTOCOL
+    from app.http.protocol import PROTOCOL
 
     settings = Settings.from_env()
     refused = startup_problem(settings, args.host or settings.host)
@@ -82,7 +82,7 @@ def http_app() -> ASGIApp:
         # supervisor that ended before it was asked for is seen by the watch
         lifeline.signal_on_parent_death(supervisor, signal.SIGTERM)
         lifeline.watch_parent(supervisor, lambda: _stop_self(limit), "pt2serde-supervisor-watch")
-    from app.api.stopping import RefusedWhenStopped
+    from app.http.stopping import RefusedWhenStopped
     from app.main import app
 
     return RefusedWhenStopped(app, _stopping)

@@ -41,7 +41,7 @@ class AdmissionFailure(Failure):
     def __init__(self, code: str, message: str, retry_after_s: int) -> None:
         super().__init__(code, message)
         self.retry_after_s = retry_after_s
-        #: what the HTTP layer adds to its answer (app.api.problems)
+        #: what the HTTP layer adds to its answer (app.http.problems)
         self.headers = {"Retry-After": str(retry_after_s)}
 
 

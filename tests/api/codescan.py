@@ -69,7 +69,7 @@ def raised_codes(client: bool = False) -> dict[str, set[str]]:
                 codes = [c for e in elts for c in _strings(e)]
             elif isinstance(node, ast.Dict) and rel == "app/archive/errors.py":
                 codes = [k.value for k in node.keys if isinstance(k, ast.Constant)]
-            elif isinstance(node, ast.Dict) and rel == "app/api/problems.py":
+            elif isinstance(node, ast.Dict) and rel == "app/http/problems.py":
                 codes = [v.value for v in node.values if isinstance(v, ast.Constant)]
             for code in codes:
                 if code and code[0].isalpha() and code == code.lower() and " " not in code:

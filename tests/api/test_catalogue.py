@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.api.problems import CATALOGUE
+from app.http.problems import CATALOGUE
 from tests.api.codescan import raised_codes
 
 

@@ -7,7 +7,7 @@ import asyncio
 import httpx
 
 from app.api import catalogue
-from app.api.problems import CATALOGUE
+from app.http.problems import CATALOGUE
 from app.main import create_app
 from app.settings import Settings
 

@@ -23,11 +23,11 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from app.api import cycle, uploads
-from app.api.cycle import RECVFILE, SENDFILE, Cycle
-from app.api.problems import ServiceError
-from app.api.protocol import DeadlineProtocol
-from app.api.spliced import SplicedResponse
+from app.http import cycle, uploads
+from app.http.cycle import RECVFILE, SENDFILE, Cycle
+from app.http.problems import ServiceError
+from app.http.protocol import DeadlineProtocol
+from app.http.spliced import SplicedResponse
 from app.settings import Settings
 from tests.api.conftest import free_port
 

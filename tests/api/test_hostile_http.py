@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.problems import CATALOGUE
+from app.http.problems import CATALOGUE
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, stop_server, upload_leftovers
 from tests.archive.zipcraft import rezip

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import torch
 
-from app.api.uploads import MAX_PART_HEADER_BYTES
+from app.http.uploads import MAX_PART_HEADER_BYTES
 from app.settings import Settings
 from bench.zoo import archive_bytes
 from tests.api.conftest import Server, upload_leftovers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from app.api.problems import PROBLEM_MEDIA_TYPE
+from app.http.problems import PROBLEM_MEDIA_TYPE
 from app.openapi import openapi_bytes
 from tests.conftest import ROOT
 

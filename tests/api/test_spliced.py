@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.api import spliced
-from app.api.spliced import SplicedResponse
+from app.http import spliced
+from app.http.spliced import SplicedResponse
 
 
 def _sent(response: SplicedResponse, *, leaves: bool = False) -> tuple[list[Any], bytes]:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from app.api import uploads
-from app.api.problems import ServiceError
-from app.api.uploads import Spool, stream_body
+from app.http import uploads
+from app.http.problems import ServiceError
+from app.http.uploads import Spool, stream_body
 
 
 class _Body:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.api.problems import ServiceError
-from app.api.uploads import stream_body
+from app.http.problems import ServiceError
+from app.http.uploads import stream_body
 
 
 class _Body:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 
-from app.api.problems import CATALOGUE
 from app.cli.codes import CODES
+from app.http.problems import CATALOGUE
 from tests.api.codescan import CLIENT_SIDE, ROOT, raised_codes
 
 

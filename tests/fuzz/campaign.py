@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from app.api.problems import CATALOGUE, PROBLEM_MEDIA_TYPE
+from app.http.problems import CATALOGUE, PROBLEM_MEDIA_TYPE
 from tests.fuzz.mutants import Corpus, Mutant, make_mutant
 
 #: Seconds an answer may take; past it the request counts as a hang.

@@ -7,7 +7,7 @@ import threading
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import problem
+from app.http.problems import problem
 
 
 class RefusedWhenStopped:

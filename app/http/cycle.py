@@ -1,9 +1,9 @@
-"""The request-response cycle our protocol (app.api.protocol) runs each request in: uvicorn's,
+"""The request-response cycle our protocol (app.http.protocol) runs each request in: uvicorn's,
 with large bodies and answers moved by the kernel rather than through Python.
 
 - A body's chunks are held as they came and joined once for the app (uvicorn copies each byte
   into a bytearray, then again for the app).
-- `RECVFILE`: a route that stores a body whole (app.api.uploads) has the rest of it spliced
+- `RECVFILE`: a route that stores a body whole (app.http.uploads) has the rest of it spliced
   from the socket into its file on a helper thread (splice(2), no copy into the service). The
   connection then closes after the answer: the HTTP parser never saw those bytes.
 - `SENDFILE`: an answer's runs of bytes sent from files by sendfile(2) on a helper thread, so a
@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from app.api.problems import ServiceError
+from app.http.problems import ServiceError
 from app.settings import Settings
 
 #: The ASGI extension (in `scope["extensions"]`) and message type that send runs of files:

@@ -3,7 +3,7 @@ a torch job's head file and the upload its tensors came from, in the order the j
 
 The job names a file by its place in `files`, never by path, and each run is checked against
 that file's size before anything is sent: a worker that torch ran in is not trusted to choose
-what the service reads. Under our protocol (app.api.protocol) the runs go out by sendfile, in
+what the service reads. Under our protocol (app.http.protocol) the runs go out by sendfile, in
 one message; elsewhere (a test client) they are read and sent in chunks.
 """
 
@@ -18,8 +18,8 @@ import anyio.to_thread
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.api.cycle import SENDFILE
 from app.bridge.output import Segment
+from app.http.cycle import SENDFILE
 
 #: What is read in one trip to a thread: a 350 MB answer in under a hundred trips.
 CHUNK = 4 * 1024 * 1024

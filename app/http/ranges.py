@@ -20,7 +20,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.api.problems import problem
+from app.http.problems import problem
 
 _CHUNK = 1 << 16
 #: More ranges than this in one Range header are ignored (RFC 9110 14.2 lets a server ignore a

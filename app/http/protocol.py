@@ -5,7 +5,7 @@ body within `body_timeout_s` of its head; past either, the connection gets a 408
 no answer has begun) and is closed. Without them, a client that sends a byte now and then holds
 its connection, and a slot of the connection cap, for as long as it likes.
 
-Its requests run in our `Cycle` (app.api.cycle): bodies held as they came rather than copied
+Its requests run in our `Cycle` (app.http.cycle): bodies held as they came rather than copied
 twice per byte, a body received straight into a file, and answers sent from files.
 
 `pt2serde serve` passes this class to uvicorn as its `http` protocol (by name, so that each
@@ -24,12 +24,12 @@ from starlette.responses import Response
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from app.api.cycle import Cycle
-from app.api.problems import problem
+from app.http.cycle import Cycle
+from app.http.problems import problem
 from app.settings import Settings
 
 #: How uvicorn names this class: the `http` argument of uvicorn.run.
-PROTOCOL = "app.api.protocol:DeadlineProtocol"
+PROTOCOL = "app.http.protocol:DeadlineProtocol"
 #: the problems a late request head and a late body are answered with
 DEADLINE_CODES = ("header-timeout", "body-timeout")
 _HEAD_CODE, _BODY_CODE = DEADLINE_CODES

@@ -25,8 +25,8 @@ from python_multipart import MultipartParser
 from python_multipart.multipart import parse_options_header
 from starlette.requests import ClientDisconnect
 
-from app.api.cycle import RECVFILE
-from app.api.problems import ServiceError
+from app.http.cycle import RECVFILE
+from app.http.problems import ServiceError
 from app.settings import Settings
 
 Media = Literal["zip", "json", "safetensors", "yaml"]
