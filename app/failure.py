@@ -1,4 +1,5 @@
-"""The root of every coded failure below the HTTP layer (archive, programs, bridge, registry)."""
+"""The root of every coded failure below the HTTP layer (archive, programs, bridge, registry), and
+the bridge's own, which both sides of the torch door raise."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ class Failure(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+
+class BridgeFailure(Failure):
+    """A coded failure of the bridge: conversion, torch-level checks, safetensors, worker pool.
+
+    Here rather than in app.bridge: the torch-free tensor readers (app.tensors) and torch jobs
+    (app.jobs) raise it as well as torch's modules, and the torch pool answers with it."""
 
 
 def one_line(exc: BaseException) -> str:

@@ -22,8 +22,6 @@ from pydantic import BaseModel
 import schema
 from app.archive import Archive, ManifestEntry, manifest, open_archive
 from app.archive.pickles import check_torch_save
-from app.bridge import StoredTensor, TensorSource, write_safetensors
-from app.bridge.report import TorchCheck
 from app.failure import Failure
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
@@ -37,10 +35,13 @@ from app.programs.inspect.common import graph_weights
 from app.programs.inspect.view import InspectRequest as InspectRequest
 from app.programs.inspect.view import Subject
 from app.programs.screen import pickle_findings, refuse_if_unsafe, screen
+from app.programs.torch_check import TorchCheck
 from app.programs.validation import validate_bytes, validate_document
 from app.releases import compat as release_compat
 from app.releases import lacking, lacking_target, releases, rules, running
 from app.settings import Settings
+from app.tensors.safetensors_io import StoredTensor, write_safetensors
+from app.tensors.sources import TensorSource
 
 Media = Literal["zip", "json"]
 
@@ -49,7 +50,7 @@ class TorchRunner(Protocol):
     """What runs torch jobs: the worker pool (`app.workers.torch.TorchPool.submit`)."""
 
     def submit(self, job: str, *args: object) -> object:
-        """Run a job of app.bridge.jobs in a worker and return its result."""
+        """Run a job of app.jobs.torch in a worker and return its result."""
         ...
 
 

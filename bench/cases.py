@@ -29,7 +29,7 @@ from torch._export.serde import serialize as torch_serde
 import schema
 from app import operations as ops
 from app.archive import ManifestEntry, manifest, open_archive
-from app.bridge import pt2_bytes, write_pt2
+from app.bridge.exported import pt2_bytes, write_pt2
 from app.programs.canonical import canonical_bytes, canonicalize
 from app.programs.digest import Digests, graph_digest_of, weights_digest
 from app.programs.findings import Report

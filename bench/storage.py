@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from app.bridge import jobs
+from app.jobs import torch as jobs
 from app.registry import Candidate, Registry
 from app.registry.blobs import Objects, Piece
 from app.registry.blobs.local import LocalObjects
@@ -50,7 +50,7 @@ class _InProcessTorch:
     """Runs the torch check in this process (the bench has torch loaded already)."""
 
     def submit(self, job: str, *args: object) -> object:
-        """Run a job of app.bridge.jobs here."""
+        """Run a job of app.jobs.torch here."""
         function: Callable[..., object] = getattr(jobs, job)
         return function(*args)
 

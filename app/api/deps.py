@@ -36,7 +36,7 @@ class LazyPool(workers.LazyPool):
         self._torch: str | None = None
 
     def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
-        """Run a job of app.bridge.jobs in a worker (see WorkerPool.submit)."""
+        """Run a job of app.jobs.torch in a worker (see WorkerPool.submit)."""
         result = super().submit(job, *args, timeout_s=timeout_s)
         self._ready = True
         return result

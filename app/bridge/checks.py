@@ -1,7 +1,4 @@
-"""torch-level checks of a document: operators resolve, arguments fit, torch builds it.
-
-Imports torch at module level: `app.bridge` reaches this module only on first use.
-"""
+"""torch-level checks of a document: operators resolve, arguments fit, torch builds it."""
 
 from __future__ import annotations
 
@@ -19,8 +16,6 @@ from torch.export import ExportedProgram
 
 import schema
 from app.bridge.exported import deserialize
-from app.bridge.report import TorchCheck
-from app.bridge.tensors import Stored
 from app.failure import Failure
 from app.programs.opcheck import (
     LIST_ARMS,
@@ -31,6 +26,8 @@ from app.programs.opcheck import (
     optional_arms,
 )
 from app.programs.opset import TORCH_NAMESPACE_MODULES
+from app.programs.torch_check import TorchCheck
+from app.tensors.views import Stored
 from schema import ArgumentAsGraph, ArgumentKind, Graph, Issue, Node
 from schema.errors import pointer
 
@@ -75,6 +72,11 @@ class Built:
     program: ExportedProgram | None = None
     #: the failure that stopped the build, for a caller that reports it as it was raised.
     failure: Failure | None = None
+
+
+def torch_version() -> str:
+    """The version of the torch this process runs (`2.15.0+cu132`)."""
+    return str(torch.__version__)
 
 
 def torch_check(

@@ -1,13 +1,11 @@
-"""Live torch ExportedPrograms <-> documents and raw tensors, through torch's own (de)serializer.
-
-Imports torch at module level: `app.bridge` reaches this module only on first use.
-"""
+"""Live torch ExportedPrograms <-> documents and raw tensors, through torch's own (de)serializer."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +23,14 @@ from app.archive.pt2 import SAMPLE_INPUTS
 from app.archive.raw import RawTensor, StreamedTensor, TensorKind
 from app.archive.tensors import dtype_name
 from app.archive.writer import Sink, write_archive
-from app.bridge.errors import BridgeFailure, is_allocation_failure, torch_message
 from app.bridge.standins import stand_ins
-from app.bridge.tensors import (
+from app.bridge.torch_schema import to_torch
+from app.failure import BridgeFailure, is_allocation_failure
+from app.programs.for_release import for_release
+from app.programs.screen import refuse_if_unsafe, screen
+from app.programs.semantics import unused_ranges
+from app.settings import Limits
+from app.tensors.views import (
     MappedTensor,
     Stored,
     View,
@@ -36,11 +39,6 @@ from app.bridge.tensors import (
     shape_of,
     view_of,
 )
-from app.bridge.torch_schema import to_torch
-from app.programs.for_release import for_release
-from app.programs.screen import refuse_if_unsafe, screen
-from app.programs.semantics import unused_ranges
-from app.settings import Limits
 from schema import (
     Device,
     InputSpecBuffer,
@@ -62,6 +60,27 @@ Route = Literal["fast", "torch"]
 #: The screen's settings here, the defaults and never the environment: archive pickles are
 #: the callers' concern, not the document's.
 _SCREEN = Limits()
+_SPACES = re.compile(r"\s+")
+#: Where torch's "Failed deserializing node" message starts quoting its cause's traceback.
+_EMBEDDED_TRACEBACK = "\n Original exception "
+#: Causes we recognise in torch's words, and what to do about them.
+_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        "in pytree is not registered",
+        "a pytree type is named outside the module call signatures' treespecs, where "
+        "pt2serde registers stand-ins; load it where its defining library is installed",
+    ),
+    (
+        "Can't deserialize TreeSpec of namedtuple",
+        "a namedtuple type is named outside the module call signatures' treespecs, where "
+        "pt2serde registers stand-ins; load it where its defining library is installed",
+    ),
+    (
+        "'_OpNamespace'",
+        "an operator namespace is missing from the worker: set PT2SERDE_WORKER_IMPORTS to "
+        "the module that registers it",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -537,3 +556,22 @@ def _torch_failure(code: str, exc: BaseException) -> BaseException:
     if is_allocation_failure(exc):
         return MemoryError(torch_message(exc))
     return BridgeFailure(code, torch_message(exc))
+
+
+def torch_message(exc: BaseException) -> str:
+    """A torch exception's whole message with the exceptions it was raised from, on one line,
+    and a hint where we know the cause."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        # torch's deserializer appends the cause's traceback to its own message; the cause
+        # itself follows as the next part.
+        text = str(current).split(_EMBEDDED_TRACEBACK, 1)[0]
+        line = _SPACES.sub(" ", text).strip()
+        parts.append(line if current is exc else f"{type(current).__name__}: {line}")
+        current = current.__cause__
+    message = "; caused by ".join(parts)
+    hints = [hint for marker, hint in _HINTS if marker in message]
+    return " ".join([message, *(f"(hint: {hint})" for hint in hints)])

@@ -1,4 +1,4 @@
-"""An answer sent as runs of bytes from the files the request holds (app.bridge.output.Splicer):
+"""An answer sent as runs of bytes from the files the request holds (app.jobs.output.Splicer):
 a torch job's head file and the upload its tensors came from, in the order the job gives them.
 
 The job names a file by its place in `files`, never by path, and each run is checked against
@@ -18,8 +18,8 @@ import anyio.to_thread
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.bridge.output import Segment
 from app.http.cycle import SENDFILE
+from app.jobs.output import Segment
 
 #: What is read in one trip to a thread: a 350 MB answer in under a hundred trips.
 CHUNK = 4 * 1024 * 1024

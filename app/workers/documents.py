@@ -24,7 +24,6 @@ from pydantic import BaseModel
 
 import schema
 from app import operations as ops
-from app.bridge.sources import TensorSource
 from app.failure import Failure
 from app.programs.diff import ProgramDiff
 from app.programs.digest import Digests
@@ -32,6 +31,7 @@ from app.programs.findings import Level, Report
 from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
 from app.registry.stored import StoredArchive, stored_source
 from app.settings import Settings
+from app.tensors.sources import TensorSource
 from app.workers.pool import LazyPool, PoolSpec
 
 T = TypeVar("T")

@@ -41,7 +41,7 @@ _STOP_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """What makes one pool what it is; `app.bridge.pool` and `app.workers.documents` build one
+    """What makes one pool what it is; `app.workers.torch` and `app.workers.documents` build one
     from the settings."""
 
     #: "torch" or "document": in process names and messages

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import schema
 from app import operations as ops
-from app.bridge.sources import TensorSource
 from app.programs.findings import Report
 from app.registry.ingest import Vetted, refuse_pickled, vet
 from app.settings import Settings
+from app.tensors.sources import TensorSource
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from a forkserver that preloads torch (not from the threaded server), so they st
 
 from __future__ import annotations
 
-from app.bridge.errors import BridgeFailure
+from app.failure import BridgeFailure
 from app.settings import Settings
 from app.workers.pool import STARTUP_TIMEOUT_S, PoolSpec, WorkerPool
 
@@ -21,7 +21,7 @@ PRELOAD: tuple[str, ...] = (
     "app.workers.forkserver",
 )
 #: Where a job given by bare name is looked up.
-JOBS_MODULE = "app.bridge.jobs"
+JOBS_MODULE = "app.jobs.torch"
 
 
 def torch_spec(settings: Settings, start_method: str = "forkserver") -> PoolSpec:

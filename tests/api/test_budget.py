@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from app.archive import manifest, open_archive
-from app.bridge import from_safetensors
 from app.settings import Settings
+from app.tensors.safetensors_io import from_safetensors
 from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.bridge import jobs
+from app.jobs import torch as jobs
 from app.settings import Settings
 from app.workers import documents
 from bench.zoo import ZooProgram, archive_bytes

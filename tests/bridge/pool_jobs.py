@@ -11,8 +11,8 @@ from collections.abc import Callable
 import torch
 
 import schema
-from app.bridge.errors import BridgeFailure
-from app.bridge.sources import TensorSource
+from app.failure import BridgeFailure
+from app.tensors.sources import TensorSource
 from schema import Issue
 
 

@@ -17,7 +17,6 @@ from torch._export.serde import serialize as torch_serde
 
 import schema
 from app.archive.raw import RawTensor
-from app.bridge.errors import BridgeFailure
 from app.bridge.exported import (
     SerializedProgram,
     deserialize,
@@ -29,6 +28,7 @@ from app.bridge.exported import (
     write_pt2,
 )
 from app.bridge.torch_schema import to_torch
+from app.failure import BridgeFailure
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 from schema import Issue, ScalarType, SymIntAsInt
 

@@ -1,28 +1,25 @@
-"""The bridge package without torch: import hygiene, lazy attributes, messages."""
+"""torch's door: every bridge module imports torch, the torch-free side never does; messages."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-import app.bridge
-from app.bridge import exported
-from app.bridge.errors import is_allocation_failure, one_line
-from app.bridge.exported import SerializedProgram
+from app.failure import is_allocation_failure, one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_importing_the_bridge_leaves_torch_alone() -> None:
+def test_the_torch_free_side_leaves_torch_alone() -> None:
     script = (
         "import sys\n"
-        "import app.bridge, app.workers.torch, app.bridge.jobs, app.bridge.safetensors_io\n"
-        "import app.bridge.tensors, app.bridge.sources\n"
+        "import app.bridge, app.workers.torch, app.jobs.torch, app.jobs.output\n"
+        "import app.tensors.views, app.tensors.safetensors_io, app.tensors.sources\n"
+        "import app.programs.torch_check\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "assert callable(app.bridge.to_safetensors) and app.workers.torch.TorchPool\n"
+        "assert app.workers.torch.TorchPool\n"
     )
     result = subprocess.run(
         [sys.executable, "-W", "error", "-c", script],
@@ -35,12 +32,31 @@ def test_importing_the_bridge_leaves_torch_alone() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_torch_attributes_are_lazy_but_real() -> None:
-    assert app.bridge.serialize is exported.serialize
-    assert app.bridge.write_pt2 is exported.write_pt2
-    assert app.bridge.SerializedProgram is SerializedProgram
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        app.bridge.nothing  # noqa: B018
+def test_every_bridge_module_imports_torch() -> None:
+    """The package holds only torch's side of the door (its __init__ only a docstring)."""
+    package = ROOT / "app" / "bridge"
+    init = ast.parse((package / "__init__.py").read_text())
+    assert [type(statement) for statement in init.body] == [ast.Expr]
+    without = [
+        path.name
+        for path in sorted(package.glob("*.py"))
+        if path.name != "__init__.py" and not _imports_torch(ast.parse(path.read_text()))
+    ]
+    assert without == []
+
+
+def _imports_torch(module: ast.Module) -> bool:
+    """Whether a module imports torch at its top level (not only inside a function)."""
+    for statement in module.body:
+        if isinstance(statement, ast.Import):
+            names = [alias.name for alias in statement.names]
+        elif isinstance(statement, ast.ImportFrom) and statement.level == 0:
+            names = [statement.module or ""]
+        else:
+            continue
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            return True
+    return False
 
 
 def test_messages_are_one_whole_line() -> None:

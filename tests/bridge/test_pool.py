@@ -17,12 +17,12 @@ import torch
 
 import schema
 from app.archive import ArchiveFailure
-from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram
-from app.bridge.report import TorchCheck
-from app.bridge.safetensors_io import to_safetensors
-from app.bridge.sources import TensorSource
+from app.failure import BridgeFailure
+from app.programs.torch_check import TorchCheck
 from app.settings import Settings
+from app.tensors.safetensors_io import to_safetensors
+from app.tensors.sources import TensorSource
 from app.workers.torch import TorchPool
 from bench.zoo import ZooProgram, outputs_close, register_custom_ops
 from schema import Issue

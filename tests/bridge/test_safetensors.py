@@ -14,9 +14,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from app.archive.raw import RawTensor
-from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram, deserialize, storage_bytes, tensor_meta
-from app.bridge.safetensors_io import (
+from app.failure import BridgeFailure
+from app.tensors.safetensors_io import (
     StoredTensor,
     from_safetensors,
     safetensors_names,

@@ -15,9 +15,9 @@ import torch
 from torch.export import Dim
 
 from app import operations as ops
-from app.bridge import jobs
-from app.bridge.sources import TensorSource
+from app.jobs import torch as jobs
 from app.settings import Settings
+from app.tensors.sources import TensorSource
 from bench.zoo import archive_bytes
 from tests.bridge.test_splice import _joined
 from tests.registry.conftest import rewrite_member

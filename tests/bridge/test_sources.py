@@ -8,11 +8,11 @@ import pytest
 
 import schema
 from app.archive import ArchiveFailure, RawTensor, write_archive
-from app.bridge.errors import BridgeFailure
 from app.bridge.exported import SerializedProgram
-from app.bridge.safetensors_io import from_safetensors, to_safetensors
-from app.bridge.sources import TensorSource
+from app.failure import BridgeFailure
 from app.settings import Limits
+from app.tensors.safetensors_io import from_safetensors, to_safetensors
+from app.tensors.sources import TensorSource
 
 
 def _file(folder: Path, name: str, data: bytes) -> Path:

@@ -1,4 +1,4 @@
-"""The answer the service sends for a .pt2 (app.bridge.output.Splicer): the head file plus runs
+"""The answer the service sends for a .pt2 (app.jobs.output.Splicer): the head file plus runs
 of the upload add up to the very archive the deserialize job writes, every spliced member is
 checked against its CRC, and only what is kept is made durable."""
 
@@ -11,9 +11,9 @@ import pytest
 
 import schema
 from app.archive import ArchiveFailure
-from app.bridge import jobs
 from app.bridge.exported import SerializedProgram
-from app.bridge.output import ARCHIVE, HEAD, Segment
+from app.jobs import torch as jobs
+from app.jobs.output import ARCHIVE, HEAD, Segment
 from tests.bridge.test_torch_path import _corrupt, _source
 
 
@@ -31,7 +31,7 @@ def test_the_spliced_answer_is_the_archive_the_job_writes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     synced: list[int] = []
-    monkeypatch.setattr("app.bridge.output.os.fsync", synced.append)
+    monkeypatch.setattr("app.jobs.output.os.fsync", synced.append)
     archive = tmp_path / "upload.pt2"
     archive.write_bytes(archives[name])
     document = schema.dump(serialized[name].doc)

@@ -26,12 +26,12 @@ import schema
 from app import operations as ops
 from app.archive import open_archive
 from app.bridge.checks import TORCH_NAMESPACE_MODULES
-from app.bridge.errors import BridgeFailure, torch_message
-from app.bridge.exported import deserialize, serialize
-from app.bridge.report import TorchCheck
-from app.bridge.sources import TensorSource
+from app.bridge.exported import deserialize, serialize, torch_message
 from app.bridge.standins import StandIn, StandInType, stand_ins, unknown_types
+from app.failure import BridgeFailure
+from app.programs.torch_check import TorchCheck
 from app.settings import Settings
+from app.tensors.sources import TensorSource
 from app.workers.torch import TorchPool
 from bench.zoo import PROGRAM_NAMES, outputs_close
 from tests.bridge import pool_jobs
@@ -243,7 +243,7 @@ def test_one_worker_keeps_each_documents_own_namedtuple_fields(
     data["graph_module"]["treespec_namedtuple_fields"][PAIR_NAME]["field_names"] = ["a", "b"]
     other = schema.ExportedProgram.model_validate(data, strict=False)
     weights = tmp_path / "weights.safetensors"
-    from app.bridge.safetensors_io import to_safetensors
+    from app.tensors.safetensors_io import to_safetensors
 
     weights.write_bytes(to_safetensors(program.tensors.values()))
     tensors = TensorSource(safetensors=weights)

@@ -15,13 +15,13 @@ import torch
 import schema
 from app import operations as ops
 from app.archive import ArchiveFailure, open_archive
-from app.bridge import jobs
 from app.bridge.checks import check_and_build
 from app.bridge.exported import SerializedProgram, write_pt2
-from app.bridge.output import durable
-from app.bridge.sources import TensorSource
-from app.bridge.tensors import MappedTensor
 from app.cli import main
+from app.jobs import torch as jobs
+from app.jobs.output import durable
+from app.tensors.sources import TensorSource
+from app.tensors.views import MappedTensor
 from app.workers import torch as torch_workers
 from bench.zoo import ZooProgram, torch_json
 

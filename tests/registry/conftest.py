@@ -30,7 +30,7 @@ import pytest
 
 from app import operations as ops
 from app.archive import open_archive
-from app.bridge import jobs
+from app.jobs import torch as jobs
 from app.registry import Registry
 from app.registry.blobs import Objects, objects_for
 from app.registry.blobs.s3 import S3Objects
@@ -249,7 +249,7 @@ class InProcessTorch:
     validate at level torch without starting a worker pool."""
 
     def submit(self, job: str, *args: object) -> object:
-        """Run a job of app.bridge.jobs here."""
+        """Run a job of app.jobs.torch here."""
         function: Callable[..., object] = getattr(jobs, job)
         return function(*args)
 

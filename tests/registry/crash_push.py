@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.bridge.report import TorchCheck
+from app.programs.torch_check import TorchCheck
 from app.registry import Registry, storing
 from app.registry.blobs import BlobStore
 from app.settings import Settings

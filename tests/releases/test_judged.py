@@ -11,13 +11,13 @@ from fastapi.testclient import TestClient
 
 import schema
 from app import operations as ops
-from app.bridge import TensorSource
 from app.cli import EXIT_OK, main
 from app.main import create_app
 from app.operations import OperationFailure
 from app.programs.validation import validate_document
 from app.releases import lacking, releases_with, rules, running
 from app.settings import Settings
+from app.tensors.sources import TensorSource
 from tests.releases.written import archive, document
 
 SETTINGS = Settings()

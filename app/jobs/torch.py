@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import schema
 from app.archive.errors import ArchiveFailure
-from app.bridge.errors import BridgeFailure
-from app.bridge.output import Segment, Splicer, durable
-from app.bridge.sources import Opened, TensorSource
+from app.failure import BridgeFailure
+from app.jobs.output import Segment, Splicer, durable
+from app.tensors.sources import Opened, TensorSource
 
 if TYPE_CHECKING:
     from app.bridge.checks import Built
@@ -33,9 +33,9 @@ def job_ping() -> int:
 
 def job_torch_version() -> str:
     """The torch version the worker runs (`2.15.0+cu132`)."""
-    import torch
+    from app.bridge.checks import torch_version
 
-    return str(torch.__version__)
+    return torch_version()
 
 
 def job_deserialize_to_pt2(
@@ -59,7 +59,7 @@ def job_splice_pt2(
     for_torch: str | None = None,
 ) -> list[Segment]:
     """`job_deserialize_to_pt2` for an answer that is sent, then removed: the .pt2 as segments
-    (app.bridge.output.Splicer), the archive's stored tensors left where they are and only what
+    (app.jobs.output.Splicer), the archive's stored tensors left where they are and only what
     the writer makes written to `head` (not made durable: nobody reads it back)."""
     segments: list[Segment] = []
     samples = tensors.sample_input_bytes()
@@ -119,7 +119,7 @@ def _writer(
     opened: Opened,
 ) -> None:
     """Write the output into its target, the caller's own temporary file, made durable as it
-    is written (see app.bridge.output)."""
+    is written (see app.jobs.output)."""
     from app.bridge.exported import write_built
 
     with durable(target) as out:

@@ -19,8 +19,8 @@ import orjson
 
 from app.archive.raw import RawTensor, TensorKind
 from app.archive.tensors import dtype_name
-from app.bridge.errors import BridgeFailure
-from app.bridge.tensors import KINDS, View, checked_sizes, contiguous_bytes, contiguous_meta
+from app.failure import BridgeFailure
+from app.tensors.views import KINDS, View, checked_sizes, contiguous_bytes, contiguous_meta
 from schema import Device, Issue, Layout, ScalarType, SymIntAsInt, TensorMeta
 from schema.dtypes import ITEMSIZE
 from schema.errors import pointer

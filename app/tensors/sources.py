@@ -21,9 +21,9 @@ from app.archive import Archive, RawTensor, open_archive
 from app.archive.pt2 import TensorEntry
 from app.archive.raw import Streamed, StreamedTensor
 from app.archive.zipdir import STORED, ZipMember
-from app.bridge.safetensors_io import from_safetensors, safetensors_names
-from app.bridge.tensors import MappedTensor, Stored
 from app.settings import Limits
+from app.tensors.safetensors_io import from_safetensors, safetensors_names
+from app.tensors.views import MappedTensor, Stored
 from schema.dtypes import ITEMSIZE
 
 

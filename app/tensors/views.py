@@ -10,7 +10,7 @@ import numpy as np
 
 from app.archive.raw import RawTensor, TensorKind
 from app.archive.tensors import dtype_name
-from app.bridge.errors import BridgeFailure
+from app.failure import BridgeFailure
 from schema import Issue, Layout, SymIntAsExpr, SymIntAsInt, TensorMeta
 from schema.dtypes import ITEMSIZE
 from schema.errors import pointer
