@@ -31,6 +31,7 @@ from app.api.deps import LazyPool
 from app.api.direct import DirectValidate
 from app.api.headers import NoSniff, install_pages
 from app.http import problems
+from app.http.head import HeadAsGet
 from app.http.problems import problem_responses
 from app.settings import Settings
 from app.workers.admission import Admission
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     docs.install(app)
     install_pages(app)
     app.add_middleware(NoSniff)
+    app.add_middleware(HeadAsGet)
     return app
 
 
