@@ -69,6 +69,30 @@ def _omitted(value: Any, found: set[str]) -> None:
             _omitted(item, found)
 
 
+#: the local header and the empty archive's end record: what every zip starts with
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def not_json(data: bytes | str) -> str | None:
+    """What a body that fails as JSON plainly is instead (a zip archive, binary data), said in
+    words; None when it looks like text, so that the parser's own complaint stands.
+
+    A JSON parser's message about such bytes ("str is not valid UTF-8: surrogates not allowed")
+    names neither the mistake (a .pt2 sent as a document) nor its fix.
+    """
+    if isinstance(data, str):
+        return None
+    if data.startswith(_ZIP_MAGIC):
+        return "this is a zip archive (a .pt2?), not a JSON document: send it as application/zip"
+    head = data[:256]
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start + 4 < len(head):  # not a character cut at the head's end
+            return f"binary data, not a JSON document: byte {exc.start} is not UTF-8 text"
+    return None
+
+
 def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # type: ignore[assignment]
     """Parse and validate a document; DocumentInvalid lists every problem with its path.
 
@@ -91,6 +115,9 @@ def read(data: bytes | str, model: type[M] = ExportedProgram) -> Read[M]:  # typ
         try:
             doc = model.model_validate_json(data)
         except ValidationError as exc:
+            what = not_json(data)
+            if what is not None:
+                raise DocumentInvalid([Issue("invalid-json", "", what)]) from None
             raise DocumentInvalid(issues_from(exc, model)) from None
         unknown = [i.path for i in issues_from(first, model) if i.code == "unknown-field"]
         return Read(doc, unknown)

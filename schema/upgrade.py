@@ -15,7 +15,7 @@ from schema.compat import struct_defaults
 from schema.description import describe
 from schema.errors import DocumentInvalid, Issue, UnsupportedMajor, pointer
 from schema.history import CURRENT, format_version
-from schema.io import Read, read
+from schema.io import Read, not_json, read
 from schema.models import STRUCTS, ExportedProgram
 
 #: The one major before ours that JSON-level upgraders exist for.
@@ -104,7 +104,7 @@ def _parse(data: bytes) -> tuple[Any, str | None]:
     try:
         return json.loads(data, parse_constant=_NonFinite), error
     except (ValueError, RecursionError):
-        raise DocumentInvalid([Issue("invalid-json", "", error)]) from None
+        raise DocumentInvalid([Issue("invalid-json", "", not_json(data) or error)]) from None
 
 
 def _schema_version(tree: Any) -> Version:
