@@ -2,9 +2,11 @@
 
 `nosniff` goes on every answer (JSON, problems, archives, the UI), so that no browser reads an
 answer as another type than the one declared: an uploaded document's strings served as JSON can
-never be taken for HTML or script. The API pages (/docs, /redoc) are FastAPI's, which load their
-code from a CDN and start it with an inline script: their Content-Security-Policy allows that
-CDN and exactly the inline scripts the page holds (by hash), and no framing.
+never be taken for HTML or script. The API page (/docs) is FastAPI's Swagger UI page, with Swagger
+UI's code and style served by the service from a packaged copy (`swagger-ui-bundle-v2`), so that
+it works offline and loads nothing from another origin; it starts with an inline script, so its
+Content-Security-Policy allows exactly the inline scripts the page holds (by hash), and no
+framing. (ReDoc has no packaged copy, so the service does not serve a ReDoc page.)
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ import base64
 import hashlib
 import re
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from swagger_ui_bundle import swagger_ui_path
+
+from app.http.problems import ServiceError
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 _INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
-_LINKED = re.compile(r"""(?:src|href)="(https://[^"]+)\"""")
 
 
 class NoSniff:
@@ -47,22 +51,25 @@ class NoSniff:
         await self.app(scope, receive, sending)
 
 
+#: Swagger UI's files the page links, served from the packaged copy under ASSETS
+_ASSET_TYPES = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "favicon-32x32.png": "image/png",
+}
+ASSETS = "/docs/assets"
+
+
 def page_policy(html: str) -> str:
-    """The Content-Security-Policy of an API page: its CDN origins, its inline scripts by hash."""
-    origins = sorted({_origin(url) for url in _LINKED.findall(html)})
+    """The Content-Security-Policy of the API page: its own origin, its inline scripts by hash."""
     hashes = [f"'sha256-{_digest(body)}'" for body in _INLINE_SCRIPT.findall(html)]
-    cdn = " ".join(origins)
     return "; ".join(
         [
             "default-src 'none'",
-            f"script-src 'self' {cdn} {' '.join(hashes)}".rstrip(),
-            # the pages' own widgets set style attributes; styles run no script
-            f"style-src 'self' 'unsafe-inline' {cdn}",
-            f"img-src 'self' data: {cdn}",
-            # Google's font stylesheets (ReDoc's) load their fonts from this second origin
-            f"font-src {cdn} https://fonts.gstatic.com",
-            # ReDoc runs its search in a worker made from a blob
-            "worker-src blob:",
+            f"script-src 'self' {' '.join(hashes)}".rstrip(),
+            # Swagger UI's widgets set style attributes; styles run no script
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data:",
             "connect-src 'self'",
             "base-uri 'none'",
             "form-action 'none'",
@@ -72,19 +79,20 @@ def page_policy(html: str) -> str:
 
 
 def install_pages(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
-    """Serve /docs (Swagger UI) and /redoc (ReDoc) with their policies; the app is built with
-    FastAPI's own pages off (`docs_url=None`, `redoc_url=None`)."""
-    title = f"{app.title} API"
-    pages: dict[str, Callable[[], HTMLResponse]] = {
-        "/docs": lambda: get_swagger_ui_html(openapi_url=openapi_url, title=title),
-        "/redoc": lambda: get_redoc_html(openapi_url=openapi_url, title=title),
-    }
-    for path, make in pages.items():
-        app.add_api_route(path, _page(make), include_in_schema=False, methods=["GET"])
+    """Serve /docs (Swagger UI) with its policy and its assets; the app is built with FastAPI's
+    own pages off (`docs_url=None`, `redoc_url=None`)."""
+    html = get_swagger_ui_html(
+        openapi_url=openapi_url,
+        title=f"{app.title} API",
+        swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+    )
+    app.add_api_route("/docs", _page(html), include_in_schema=False, methods=["GET"])
+    app.add_api_route(f"{ASSETS}/{{name}}", _asset, include_in_schema=False, methods=["GET"])
 
 
-def _page(make: Callable[[], HTMLResponse]) -> Callable[[], HTMLResponse]:
-    made = make()
+def _page(made: HTMLResponse) -> Callable[[], HTMLResponse]:
     html = bytes(made.body).decode()
     headers = {"Content-Security-Policy": page_policy(html), "Referrer-Policy": "no-referrer"}
 
@@ -94,9 +102,16 @@ def _page(make: Callable[[], HTMLResponse]) -> Callable[[], HTMLResponse]:
     return page
 
 
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+def _asset(name: str) -> FileResponse:
+    """One of the files the page links (no other name: the folder is not browsable)."""
+    media = _ASSET_TYPES.get(name)
+    if media is None:
+        raise ServiceError("not-found", f"no API page asset {name!r}")
+    return FileResponse(
+        Path(str(swagger_ui_path)) / name,
+        media_type=media,
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
 
 
 def _digest(text: str) -> str:

@@ -33,7 +33,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
         ("GET", "/v1/models/nope/versions", 404),
         ("GET", "/ui/", 200),
         ("GET", "/docs", 200),
-        ("GET", "/redoc", 200),
+        ("GET", "/redoc", 404),
+        ("GET", "/docs/assets/swagger-ui.css", 200),
         ("GET", "/openapi.json", 200),
     ],
 )
@@ -43,9 +44,8 @@ def test_every_answer_says_nosniff(client: TestClient, method: str, path: str, s
     assert answer.headers.get_list("x-content-type-options") == ["nosniff"]
 
 
-@pytest.mark.parametrize("path", ["/docs", "/redoc"])
-def test_api_pages_allow_their_own_scripts_only(client: TestClient, path: str) -> None:
-    answer = client.get(path)
+def test_the_api_page_allows_its_own_scripts_only(client: TestClient) -> None:
+    answer = client.get("/docs")
     policy = dict(
         part.strip().split(" ", 1) for part in answer.headers["content-security-policy"].split(";")
     )
@@ -58,6 +58,10 @@ def test_api_pages_allow_their_own_scripts_only(client: TestClient, path: str) -
         f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in inline
     }
     assert hashes == {s for s in scripts if s.startswith("'sha256-")}
-    linked = re.findall(r'<script src="(https://[^/"]+)/', answer.text)
-    assert linked
-    assert set(linked) <= set(scripts)
+    # Swagger UI is served by the service: the page links no other origin, the policy allows none
+    assert re.findall(r'(?:src|href)="([^"]+)"', answer.text) == [
+        "/docs/assets/swagger-ui.css",
+        "/docs/assets/favicon-32x32.png",
+        "/docs/assets/swagger-ui-bundle.js",
+    ]
+    assert [s for s in scripts if "://" in s] == []
