@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -37,7 +37,7 @@ from app.archive import open_archive
 from app.http.problems import ServiceError, problem_responses
 from app.http.ranges import bytes_response
 from app.http.uploads import FormSplitter, PartHeader, content_type, stream_body
-from app.programs.diff import ProgramDiff
+from app.programs.diff import ProgramDiff, render_text
 from app.registry import (
     MAX_VERSION,
     AliasInfo,
@@ -408,7 +408,10 @@ def get_canonical(
 @router.get(
     "/models/{name}/versions/{ref}/diff",
     response_model=ProgramDiff,
-    responses=problem_responses(*_CONTENT_PROBLEMS),
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **problem_responses(*_CONTENT_PROBLEMS),
+    },
 )
 async def get_diff(
     name: str,
@@ -420,10 +423,11 @@ async def get_diff(
     request: Request,
     registry: RegistryDep,
     settings: SettingsDep,
+    format: Literal["json", "text"] = "json",
 ) -> Response:
     """What changed from version `against` (number, alias or ``latest``; ``model:ref`` for a
     version of another model, as model names have no colon) to this one: two registry versions
-    diff without uploading either."""
+    diff without uploading either. `format=text` gives it as `POST /v1/diff` does, for people."""
     other, _, against_ref = against.rpartition(":")
     if other:
         await run_sync(ensure, registry, who, other, "read")
@@ -431,7 +435,12 @@ async def get_diff(
     now, new = await run_sync(registry.stored, name, ref)
     model = now.archive_model if was.archive_model == now.archive_model else None
     key = (old.digest, new.digest, "diff", model)
-    return await on_stored(request, key, [old, new], (job_stored_diff, old, new, settings, model))
+    answer = await on_stored(request, key, [old, new], (job_stored_diff, old, new, settings, model))
+    if format == "json":
+        return answer
+    # the held answer is the JSON one; a diff is far smaller than the programs it compares
+    diff = await run_sync(ProgramDiff.model_validate_json, bytes(answer.body))
+    return Response(render_text(diff), media_type="text/plain")
 
 
 class TagValue(BaseModel):

@@ -222,6 +222,17 @@ def test_aliases_tags_diff_and_delete(client: httpx.Client, archives: dict[str, 
     assert weights_only.status_code == 200, weights_only.text
     assert weights_only.json()["summary"]["verdict"] == "same-graph-new-weights"
     assert [p["name"] for p in weights_only.json()["parameters"]] == ["conv.weight"]
+    as_text = client.get(
+        f"{base}/versions/champion/diff", params={"against": "1", "format": "text"}
+    )
+    assert as_text.headers["content-type"].startswith("text/plain")
+    uploaded = client.post(
+        "/v1/diff",
+        params={"format": "text"},
+        files={"old": archives["conv"], "new": variant(archives["conv"], 7)},
+    )
+    assert as_text.text == uploaded.text
+    assert "same-graph-new-weights" in as_text.text
     same = client.get(f"{base}/versions/1/diff", params={"against": "1"}).json()
     assert same["summary"]["verdict"] == "identical"
     other = client.get(f"{base}/versions/3/diff", params={"against": "champion"}).json()
