@@ -7,6 +7,7 @@ looks at it; torch runs only in the worker pool.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from app.releases import lacking, lacking_target, releases, rules, running
 from app.settings import Settings
 from app.tensors.safetensors_io import StoredTensor, write_safetensors
 from app.tensors.sources import TensorSource
+from schema.dtypes import DTYPE_NAMES
 
 Media = Literal["zip", "json"]
 
@@ -326,26 +328,67 @@ def _weights_digest(source: Source, model: str) -> str:
     return weights_digest(tensor_digests(source, model).items())
 
 
-def tensor_digests(source: Source, model: str | None = None) -> dict[str, str]:
-    """The digest of each tensor the model's archive stores (by FQN, in name order): what its
-    weights digest is built from. A bare document stores none; pickled tensors are left out."""
+@dataclass(frozen=True)
+class TensorSummary:
+    """A tensor an archive stores: its view, the size and sha256 of its storage bytes, and the
+    tagged digest of view and bytes that the weights digest is built from."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    strides: list[int]
+    storage_offset: int
+    nbytes: int
+    sha256: str
+    digest: str
+
+
+def tensor_summaries(source: Source, model: str | None = None) -> list[TensorSummary]:
+    """Each tensor the model's archive stores (by FQN, in name order), its bytes read once. A
+    bare document stores none; pickled tensors are left out."""
     archive = source.archive
     model = source.model(model)
-    items: dict[str, str] = {}
-    if archive is not None:
-        for fqn, full in sorted(source.tensor_names(model).items()):
-            entry = archive.tensors[full]
-            if entry.use_pickle or entry.meta is None:
-                continue
-            meta = entry.meta
-            items[fqn] = tensor_digest(
-                int(meta.dtype),
-                [_concrete(s) for s in meta.sizes],
-                [_concrete(s) for s in meta.strides],
-                _concrete(meta.storage_offset),
-                archive.iter_tensor(full),
+    found: list[TensorSummary] = []
+    if archive is None:
+        return found
+    for fqn, full in sorted(source.tensor_names(model).items()):
+        entry = archive.tensors[full]
+        if entry.use_pickle or entry.meta is None:
+            continue
+        meta = entry.meta
+        sizes = [_concrete(s) for s in meta.sizes]
+        strides = [_concrete(s) for s in meta.strides]
+        offset = _concrete(meta.storage_offset)
+        raw = _Hashed(archive.iter_tensor(full))
+        digest = tensor_digest(int(meta.dtype), sizes, strides, offset, raw)
+        dtype = DTYPE_NAMES.get(meta.dtype, meta.dtype.name.lower())
+        found.append(
+            TensorSummary(
+                fqn, dtype, sizes, strides, offset, raw.nbytes, raw.sha256.hexdigest(), digest
             )
-    return items
+        )
+    return found
+
+
+class _Hashed:
+    """Chunks passed on as they are, their sha256 and size taken on the way (one read)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.sha256 = hashlib.sha256()
+        self.nbytes = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.sha256.update(chunk)
+            self.nbytes += len(chunk)
+            yield chunk
+
+
+def tensor_digests(source: Source, model: str | None = None) -> dict[str, str]:
+    """The digest of each tensor the model's archive stores, by FQN in name order: what its
+    weights digest is built from."""
+    return {t.name: t.digest for t in tensor_summaries(source, model)}
 
 
 def _concrete(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int:

@@ -1,0 +1,82 @@
+"""`GET .../tensors` through a real server says of each stored tensor what torch says of it:
+dtype, shape, strides, offset, its storage's byte count and the sha256 of those bytes; the
+digests are the ones the version's weights digest is built from."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from app.programs.digest import weights_digest
+from tests.registry.conftest import (
+    RegistryServer,
+    make_backend,
+    start_registry_server,
+    stop_registry_server,
+    warm,
+)
+
+
+class Mixed(nn.Module):
+    """Parameters and buffers of several dtypes and shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(16, 8)
+        self.scale = nn.Parameter(torch.randn(3, 5).to(torch.bfloat16))
+        self.register_buffer("steps", torch.arange(7, dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + self.scale.float().sum() + self.steps.sum()
+
+
+@pytest.fixture(scope="module")
+def pushed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RegistryServer, dict[str, torch.Tensor]]]:
+    backend = make_backend(request, tmp_path_factory.mktemp("tensors"), "sqlite")
+    server = start_registry_server(backend, {"PT2SERDE_HTTP_WORKERS": "1"})
+    try:
+        warm(server)
+        program = torch.export.export(Mixed(), (torch.randn(2, 16),))
+        archive = io.BytesIO()
+        torch.export.save(program, archive)
+        with server.client() as client:
+            answer = client.post(
+                "/v1/models/mixed/versions",
+                content=archive.getvalue(),
+                headers={"Content-Type": "application/zip"},
+            )
+            assert answer.status_code == 201, answer.text
+        yield server, dict(program.state_dict)
+    finally:
+        stop_registry_server(server)
+
+
+def test_each_tensor_as_torch_has_it(
+    pushed: tuple[RegistryServer, dict[str, torch.Tensor]],
+) -> None:
+    server, state = pushed
+    with server.client() as client:
+        listed = client.get("/v1/models/mixed/versions/1/tensors")
+        version = client.get("/v1/models/mixed/versions/1").json()
+    assert listed.status_code == 200, listed.text
+    entries = {e["name"]: e for e in listed.json()}
+    assert sorted(entries) == sorted(state)
+    for name, tensor in state.items():
+        entry = entries[name]
+        storage = bytes(tensor.detach().untyped_storage())
+        assert entry["dtype"] == str(tensor.dtype).removeprefix("torch.")
+        assert entry["shape"] == list(tensor.shape)
+        assert entry["strides"] == list(tensor.stride())
+        assert entry["storage_offset"] == tensor.storage_offset()
+        assert entry["bytes"] == len(storage)
+        assert entry["sha256"] == hashlib.sha256(storage).hexdigest()
+    pairs = [(e["name"], e["digest"]) for e in entries.values()]
+    assert weights_digest(pairs) == version["digests"]["weights"]
