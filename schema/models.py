@@ -7,8 +7,9 @@ lived in (facts read off torch's released `schema.yaml` files). A torch union is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, WrapValidator
 
@@ -568,6 +569,73 @@ Argument = Annotated[
     | ArgumentAsFloatLists,
     OneOf("Argument"),
 ]
+
+
+#: A kind of graph value an argument can name (each has its own metadata map in a graph).
+ValueKind = Literal["tensor", "sym_int", "sym_bool", "sym_float", "custom_obj"]
+
+
+@dataclass(frozen=True)
+class ValueSlots:
+    """Where an Argument arm names graph values, as torch's serializer (``_get_argument``) and
+    canonical form (``replace_use``, ``rename_def``) read them."""
+
+    kind: ValueKind
+    #: how the slots sit in the arm's payload: 0 the payload is one slot, 1 a list of slots,
+    #: 2 a list of lists of slots
+    depth: Literal[0, 1, 2]
+    #: None: each slot is a struct whose ``name`` is the value's name; else each slot is a union
+    #: and only this arm of it names a value (its payload is the name, or a struct with a
+    #: ``name``), its other arms being literals (an int, an absent optional tensor)
+    named_by: type[Arm] | None = None
+
+    @property
+    def name_path(self) -> tuple[str, ...]:
+        """The fields from a slot (the `named_by` arm, when there is one) down to the name."""
+        if self.named_by is None:
+            return ("name",)
+        tag = self.named_by.__tag__
+        return (tag,) if self.named_by.model_fields[tag].annotation is str else (tag, "name")
+
+
+#: Every Argument arm with the value slots it holds (None: it names no value of its own). The
+#: passes that read or rename values (app.programs.graph, app.programs.rename) derive their
+#: tables from this one, and a test keeps its keys equal to the arms of `Argument`.
+ARGUMENT_ARMS: dict[type[Arm], ValueSlots | None] = {
+    ArgumentAsNone: None,
+    ArgumentAsTensor: ValueSlots("tensor", 0),
+    ArgumentAsTensors: ValueSlots("tensor", 1),
+    ArgumentAsInt: None,
+    ArgumentAsInts: None,
+    ArgumentAsFloat: None,
+    ArgumentAsFloats: None,
+    ArgumentAsString: None,
+    ArgumentAsStrings: None,
+    ArgumentAsSymInt: ValueSlots("sym_int", 0, SymIntArgumentAsName),
+    ArgumentAsSymInts: ValueSlots("sym_int", 1, SymIntArgumentAsName),
+    ArgumentAsScalarType: None,
+    ArgumentAsMemoryFormat: None,
+    ArgumentAsLayout: None,
+    ArgumentAsDevice: None,
+    ArgumentAsBool: None,
+    ArgumentAsBools: None,
+    ArgumentAsSymBool: ValueSlots("sym_bool", 0, SymBoolArgumentAsName),
+    ArgumentAsSymBools: ValueSlots("sym_bool", 1, SymBoolArgumentAsName),
+    # a subgraph is walked as a graph of its own (app.programs.graph), not as an argument's values
+    ArgumentAsGraph: None,
+    ArgumentAsOptionalTensors: ValueSlots("tensor", 1, OptionalTensorArgumentAsTensor),
+    ArgumentAsCustomObj: ValueSlots("custom_obj", 0),
+    ArgumentAsOperator: None,
+    ArgumentAsSymFloat: ValueSlots("sym_float", 0, SymFloatArgumentAsName),
+    ArgumentAsSymFloats: ValueSlots("sym_float", 1, SymFloatArgumentAsName),
+    ArgumentAsOptionalTensor: ValueSlots("tensor", 0, OptionalTensorArgumentAsTensor),
+    ArgumentAsComplex: None,
+    ArgumentAsNestedTensors: ValueSlots("tensor", 2),
+    ArgumentAsIntLists: None,
+    # holds whole arguments, each read through this table in turn
+    ArgumentAsStringToArgument: None,
+    ArgumentAsFloatLists: None,
+}
 
 
 class NamedArgument(Struct):

@@ -15,11 +15,10 @@ from typing import Any, Literal, NamedTuple
 
 import schema
 from schema.errors import pointer
-
-Kind = Literal["tensor", "sym_int", "sym_bool", "sym_float", "custom_obj"]
+from schema.models import ValueKind
 
 #: The value map of a graph that holds the metadata of each kind of value.
-VALUE_MAPS: dict[Kind, str] = {
+VALUE_MAPS: dict[ValueKind, str] = {
     "tensor": "tensor_values",
     "sym_int": "sym_int_values",
     "sym_float": "sym_float_values",
@@ -35,59 +34,46 @@ class Leaf(NamedTuple):
     """One value slot of an argument: its name (None for a literal), kind, pointer below it."""
 
     name: str | None
-    kind: Kind
+    kind: ValueKind
     at: str
 
 
-_SYM_NAMES = (
-    schema.SymIntArgumentAsName,
-    schema.SymFloatArgumentAsName,
-    schema.SymBoolArgumentAsName,
-)
+def _slot_leaf(slots: schema.ValueSlots) -> Callable[[Any, str], Leaf]:
+    """The leaf of one slot at pointer `at` (a literal arm of a slot union has no name)."""
+    kind, arm, path = slots.kind, slots.named_by, slots.name_path
+    suffix = "".join(f"/{field}" for field in path)
+    if arm is None:
+        return lambda item, at: Leaf(item.name, kind, at + suffix)
+    if len(path) == 1:
+        return lambda item, at: (
+            Leaf(getattr(item, path[0]), kind, at + suffix)
+            if type(item) is arm
+            else Leaf(None, kind, at)
+        )
+    return lambda item, at: (
+        Leaf(getattr(item, path[0]).name, kind, at + suffix)
+        if type(item) is arm
+        else Leaf(None, kind, at)
+    )
 
 
-def _sym(item: Any, kind: Kind, at: str) -> Leaf:
-    if type(item) in _SYM_NAMES:
-        return Leaf(item.as_name, kind, f"{at}/as_name")
-    return Leaf(None, kind, at)
-
-
-def _syms(items: list[Any], kind: Kind, key: str) -> list[Leaf]:
-    return [_sym(item, kind, f"/{key}/{i}") for i, item in enumerate(items)]
-
-
-def _optional(item: Any, at: str) -> Leaf:
-    if type(item) is schema.OptionalTensorArgumentAsTensor:
-        return Leaf(item.as_tensor.name, "tensor", f"{at}/as_tensor/name")
-    return Leaf(None, "tensor", at)
+def _arm_leaves(arm: type[schema.Arm], slots: schema.ValueSlots) -> Callable[[Any], list[Leaf]]:
+    tag, slot = arm.__tag__, _slot_leaf(slots)
+    top = f"/{tag}"
+    if slots.depth == 0:
+        return lambda a: [slot(getattr(a, tag), top)]
+    if slots.depth == 1:
+        return lambda a: [slot(item, f"{top}/{i}") for i, item in enumerate(getattr(a, tag))]
+    return lambda a: [
+        slot(item, f"{top}/{i}/{j}")
+        for i, row in enumerate(getattr(a, tag))
+        for j, item in enumerate(row)
+    ]
 
 
 #: The leaves of each Argument arm that has any (torch's ``_get_argument``).
 _LEAVES: dict[type[Any], Callable[[Any], list[Leaf]]] = {
-    schema.ArgumentAsTensor: lambda a: [Leaf(a.as_tensor.name, "tensor", "/as_tensor/name")],
-    schema.ArgumentAsTensors: lambda a: [
-        Leaf(t.name, "tensor", f"/as_tensors/{i}/name") for i, t in enumerate(a.as_tensors)
-    ],
-    schema.ArgumentAsSymInt: lambda a: [_sym(a.as_sym_int, "sym_int", "/as_sym_int")],
-    schema.ArgumentAsSymInts: lambda a: _syms(a.as_sym_ints, "sym_int", "as_sym_ints"),
-    schema.ArgumentAsSymFloat: lambda a: [_sym(a.as_sym_float, "sym_float", "/as_sym_float")],
-    schema.ArgumentAsSymFloats: lambda a: _syms(a.as_sym_floats, "sym_float", "as_sym_floats"),
-    schema.ArgumentAsSymBool: lambda a: [_sym(a.as_sym_bool, "sym_bool", "/as_sym_bool")],
-    schema.ArgumentAsSymBools: lambda a: _syms(a.as_sym_bools, "sym_bool", "as_sym_bools"),
-    schema.ArgumentAsOptionalTensors: lambda a: [
-        _optional(t, f"/as_optional_tensors/{i}") for i, t in enumerate(a.as_optional_tensors)
-    ],
-    schema.ArgumentAsOptionalTensor: lambda a: [
-        _optional(a.as_optional_tensor, "/as_optional_tensor")
-    ],
-    schema.ArgumentAsCustomObj: lambda a: [
-        Leaf(a.as_custom_obj.name, "custom_obj", "/as_custom_obj/name")
-    ],
-    schema.ArgumentAsNestedTensors: lambda a: [
-        Leaf(t.name, "tensor", f"/as_nested_tensors/{i}/{j}/name")
-        for i, row in enumerate(a.as_nested_tensors)
-        for j, t in enumerate(row)
-    ],
+    arm: _arm_leaves(arm, slots) for arm, slots in schema.ARGUMENT_ARMS.items() if slots is not None
 }
 
 _NO_LEAVES: list[Leaf] = []
@@ -120,7 +106,7 @@ def nested_leaves(arg: Any) -> list[Leaf]:
     return [Leaf(n, k, where + at) for sub, where in nested(arg) for n, k, at in leaves(sub)]
 
 
-def references(arg: Any, path: str = "") -> Iterator[tuple[str, str, Kind]]:
+def references(arg: Any, path: str = "") -> Iterator[tuple[str, str, ValueKind]]:
     """Every value name an argument mentions: (name, pointer to the name, kind of value)."""
     for name, kind, at in nested_leaves(arg):
         if name is not None:
@@ -189,7 +175,7 @@ class Ref(NamedTuple):
     """
 
     name: str
-    kind: Kind
+    kind: ValueKind
     defines: bool
     #: the node's position, or None for the graph's own inputs (definitions) and outputs (uses)
     node: int | None

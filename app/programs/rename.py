@@ -11,24 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from schema.models import (
-    ArgumentAsCustomObj,
-    ArgumentAsNestedTensors,
-    ArgumentAsOptionalTensor,
-    ArgumentAsOptionalTensors,
-    ArgumentAsSymBool,
-    ArgumentAsSymBools,
-    ArgumentAsSymFloat,
-    ArgumentAsSymFloats,
-    ArgumentAsSymInt,
-    ArgumentAsSymInts,
-    ArgumentAsTensor,
-    ArgumentAsTensors,
-    OptionalTensorArgumentAsTensor,
-    SymBoolArgumentAsName,
-    SymFloatArgumentAsName,
-    SymIntArgumentAsName,
-)
+from schema.models import ARGUMENT_ARMS, ValueSlots
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -74,29 +57,6 @@ def _named(model: M, field: str, table: dict[str, str]) -> M:
     return model if new == old else with_field(model, field, new)
 
 
-def _named_all(models: list[M], field: str, table: dict[str, str]) -> list[M]:
-    new = [_named(m, field, table) for m in models]
-    return models if all(n is o for n, o in zip(new, models, strict=True)) else new
-
-
-_SYM_NAMES = (SymIntArgumentAsName, SymFloatArgumentAsName, SymBoolArgumentAsName)
-
-
-def _sym(a: Any, table: dict[str, str]) -> Any:
-    return _named(a, "as_name", table) if type(a) in _SYM_NAMES else a
-
-
-def _syms(items: list[Any], table: dict[str, str]) -> list[Any]:
-    new = [_sym(a, table) for a in items]
-    return items if all(n is o for n, o in zip(new, items, strict=True)) else new
-
-
-def _renamed_optional(a: Any, table: dict[str, str]) -> Any:
-    if type(a) is OptionalTensorArgumentAsTensor:
-        return _arm(a, _named(a.as_tensor, "name", table))
-    return a
-
-
 def _arm(arm: M, value: Any) -> M:
     """The same union arm holding `value`; the arm itself when `value` is its own payload."""
     tag: str = getattr(arm, "__tag__")  # noqa: B009 - a ClassVar of every Arm
@@ -105,32 +65,46 @@ def _arm(arm: M, value: Any) -> M:
     return new_arm(type(arm), tag, value)
 
 
-def _optionals(a: Any, table: dict[str, str]) -> Any:
-    old = a.as_optional_tensors
-    new = [_renamed_optional(o, table) for o in old]
-    return a if all(n is o for n, o in zip(new, old, strict=True)) else _arm(a, new)
+Renamer = Callable[[Any, dict[str, str]], Any]
 
 
-def _nested(a: Any, table: dict[str, str]) -> Any:
-    old = a.as_nested_tensors
-    new = [_named_all(row, "name", table) for row in old]
-    return a if all(n is o for n, o in zip(new, old, strict=True)) else _arm(a, new)
+def _slot_renamer(slots: ValueSlots) -> Renamer:
+    """How one slot is renamed (a literal arm of a slot union is kept)."""
+    arm, path = slots.named_by, slots.name_path
+    if arm is None:
+        return lambda item, t: _named(item, "name", t)
+    field = path[0]
+    if len(path) == 1:
+        return lambda item, t: _named(item, field, t) if type(item) is arm else item
+    return lambda item, t: (
+        _arm(item, _named(getattr(item, field), "name", t)) if type(item) is arm else item
+    )
+
+
+def _all(items: list[Any], slot: Renamer, table: dict[str, str]) -> list[Any]:
+    new = [slot(item, table) for item in items]
+    return items if all(n is o for n, o in zip(new, items, strict=True)) else new
+
+
+def _arm_renamer(arm: type[BaseModel], slots: ValueSlots) -> Renamer:
+    tag: str = getattr(arm, "__tag__")  # noqa: B009 - a ClassVar of every Arm
+    slot = _slot_renamer(slots)
+    if slots.depth == 0:
+        return lambda a, t: _arm(a, slot(getattr(a, tag), t))
+    if slots.depth == 1:
+        return lambda a, t: _arm(a, _all(getattr(a, tag), slot, t))
+
+    def rows(a: Any, t: dict[str, str]) -> Any:
+        old = getattr(a, tag)
+        new = [_all(row, slot, t) for row in old]
+        return a if all(n is o for n, o in zip(new, old, strict=True)) else _arm(a, new)
+
+    return rows
 
 
 #: How torch's ``replace_use`` / ``rename_def`` rewrite each Argument arm; other arms are kept.
-_RENAMERS: dict[type[BaseModel], Callable[[Any, dict[str, str]], Any]] = {
-    ArgumentAsTensor: lambda a, t: _arm(a, _named(a.as_tensor, "name", t)),
-    ArgumentAsTensors: lambda a, t: _arm(a, _named_all(a.as_tensors, "name", t)),
-    ArgumentAsSymInt: lambda a, t: _arm(a, _sym(a.as_sym_int, t)),
-    ArgumentAsSymInts: lambda a, t: _arm(a, _syms(a.as_sym_ints, t)),
-    ArgumentAsSymFloat: lambda a, t: _arm(a, _sym(a.as_sym_float, t)),
-    ArgumentAsSymFloats: lambda a, t: _arm(a, _syms(a.as_sym_floats, t)),
-    ArgumentAsSymBool: lambda a, t: _arm(a, _sym(a.as_sym_bool, t)),
-    ArgumentAsSymBools: lambda a, t: _arm(a, _syms(a.as_sym_bools, t)),
-    ArgumentAsOptionalTensors: _optionals,
-    ArgumentAsOptionalTensor: lambda a, t: _arm(a, _renamed_optional(a.as_optional_tensor, t)),
-    ArgumentAsCustomObj: lambda a, t: _arm(a, _named(a.as_custom_obj, "name", t)),
-    ArgumentAsNestedTensors: _nested,
+_RENAMERS: dict[type[BaseModel], Renamer] = {
+    arm: _arm_renamer(arm, slots) for arm, slots in ARGUMENT_ARMS.items() if slots is not None
 }
 
 
