@@ -1,4 +1,4 @@
-"""The service's idle footprint (issue 20 item 4): what `pt2serde serve` as deployed holds once
+"""The service's idle footprint: what `pt2serde serve` as deployed holds once
 the largest bench program has gone through it and it sits idle.
 
 The program is posted once to `/v1/validate?level=torch`, which takes it through both pools (a
@@ -156,7 +156,7 @@ def bench_section(program: Program) -> tuple[str, bool]:
     total = sum(p.rss for p in idle)
     verdict = "MET" if total < TARGET else "MISSED"
     lines = [
-        "## Idle footprint (issue 20 item 4)",
+        "## Idle footprint",
         "",
         f"`pt2serde serve` as deployed (default settings), after {program.name} "
         f"({program.nodes:,} nodes, {program.archive.stat().st_size / 1e6:.0f} MB archive) went "

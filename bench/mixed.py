@@ -1,4 +1,4 @@
-"""The service under a mixed load (issue 14): clients on loopback, each on one keep-alive
+"""The service under a mixed load: clients on loopback, each on one keep-alive
 connection, cycling through validate at every level, canonicalize and registry pushes of a small
 and a large program, for a time window. The figure that must hold is no 5xx at all (a 503 with
 Retry-After counts as one too: a busy server answers it only past its queue, which this load
@@ -168,7 +168,7 @@ def section(load: Mixed, calls: list[Call], about: str) -> str:
     statuses = ", ".join(f"{s}: {n}" for s, n in sorted(load.statuses().items()))
     verdict = "holds" if load.server_errors == 0 else "FAIL"
     lines = [
-        "## Mixed load (issue 14)",
+        "## Mixed load",
         "",
         f"{about}. {load.clients} clients for {load.seconds:.0f} s, each on one keep-alive "
         "connection cycling through the requests below (validate at every level, canonicalize "

@@ -16,7 +16,7 @@ from bench.service import Load
 
 @dataclass(frozen=True)
 class Target:
-    """One of issue 9's figures."""
+    """What one benchmark must reach: against torch, against the floor, or a bound of its own."""
 
     text: str
     #: ours at least this many times faster than torch.
@@ -25,9 +25,9 @@ class Target:
     vs_floor: float | None = None
     #: ours at least this fraction of the floor's throughput.
     fraction: float | None = None
-    #: rows of fewer nodes show their verdict but are not judged (issue 20 states parse, dump and
-    #: canonicalize "on every row from 1k nodes up": the programs of about 1k nodes and more,
-    #: not the zoo's small ones or decoder-107).
+    #: rows of fewer nodes show their verdict but are not judged (parse, dump and canonicalize
+    #: are judged on the programs of about 1k nodes and more, not on the zoo's small ones or
+    #: decoder-107).
     min_nodes: int = 0
     #: ours' best time at most this many seconds (a bound of its own: no torch counterpart).
     within: float | None = None
@@ -43,7 +43,7 @@ TARGETS = {
     # once a timed test (tests/schema/test_diff.py); speed targets live in the bench
     "diff": Target("≤50 ms", within=0.05),
     "http": Target("≥80% of the library loop", fraction=0.8),
-    # issue 20 item 3 (bench.torchpath): whole processes, and the warm service
+    # the torch path (bench.torchpath): whole processes, and the warm service
     "validate-torch": Target("≤ torch's process time (≥1x)", vs_torch=1),
     "deserialize-cli": Target("≤ torch's process time (≥1x)", vs_torch=1),
     "deserialize-http": Target("≥1.5x torch load + save in process", vs_torch=1.5),

@@ -76,11 +76,9 @@ LEGEND = [
     "ours' best time per MB of input. Exporting 50k nodes would take torch over 8 minutes "
     "here. zoo is the sum over the test zoo's real programs. weights-* are archives of large "
     "float32 matrices.",
-    "Targets are issue 9's (stated on the 5k program) as issue 20 restates them (dump at most "
-    "3x orjson.dumps); issue 20 judges parse, dump and "
-    "canonicalize on every row from about 1k nodes (500 and more; the smaller rows show their "
-    "verdict as not judged), "
-    "the others are judged on every row. On the 20k and "
+    "Targets are stated on the 5k program (dump at most 3x orjson.dumps); parse, dump and "
+    "canonicalize are judged on every row from about 1k nodes (500 and more; the smaller rows "
+    "show their verdict as not judged), the others are judged on every row. On the 20k and "
     "50k programs only our side runs (torch would need 2-5 minutes per figure there); torch's "
     "time is estimated from its cost per node on the 5k program, the outputs are checked "
     "against the input (round trip, canonical form a fixed point, the program valid), and "
@@ -104,8 +102,8 @@ class HttpLoad:
     clients: tuple[int, ...]
     window: float
     limit: int
-    #: validate at 1 and 4 clients on this program is judged: issue 9 states the service target
-    #: on 4 clients and a 1 MB document, issue 20 on 1 client and 107 nodes.
+    #: validate at 1 and 4 clients on this program is judged: the service target is stated on 4
+    #: clients and a 1 MB document, and on 1 client and 107 nodes.
     judged: bool = False
     note: str = ""
 
@@ -317,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     where = Isolation(Zygote(setups), Zygote([*setups, warm]))
     rows = library_phases(plan, suite, where)
     if not args.smoke:
-        # issue 20 item 3: the torch path as whole processes and over HTTP, on ViT-Base (350 MB)
+        # the torch path as whole processes and over HTTP, on ViT-Base (350 MB)
         with phase(plan, "torch path on a 350 MB archive", 200):
             rows += torchpath.measure(cache, http=not args.no_http)
     http: list[Row] = []
@@ -327,14 +325,14 @@ def main(argv: list[str] | None = None) -> int:
         with phase(plan, "HTTP", 0 if args.smoke else 100):
             http = http_rows(suite)
         with phase(plan, "mixed load", 0 if args.smoke else 100):
-            # issue 14's load: the small program and, outside smoke runs, the 1k-node one
+            # the mixed load: the small program and, outside smoke runs, the 1k-node one
             large = suite.library[1] if len(suite.library) > 1 else suite.library[0]
             clients, window = (4, 2.0) if args.smoke else (16, 60.0)
             mixed_text, mixed_held = mixed.bench_section(suite.library[0], large, clients, window)
             print(mixed_text)
         footprint_text, footprint_held = footprint_section(plan, suite, args.smoke)
     with phase(plan, "registry storage", 0 if args.smoke else 100):
-        # issue 16: push/pull against the stores' raw rates, stored bytes of a fine-tune series
+        # push/pull against the stores' raw rates, stored bytes of a fine-tune series
         # a missed floor is reported as MISSED like the table's targets; only checks fail a run
         storage_text, _ = storage.bench_section(20 if args.smoke else 200)
         print(storage_text)

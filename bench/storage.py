@@ -1,4 +1,4 @@
-"""The registry's storage (issue 16): push and pull of a large archive into the local directory
+"""The registry's storage: push and pull of a large archive into the local directory
 and into SeaweedFS over S3, against the store's own raw upload and download of the same bytes,
 and the bytes stored for ten fine-tunes that each change one layer. `python -m bench.storage`
 prints the RESULTS.md section.
@@ -244,7 +244,7 @@ def bench_section(megabytes: int = 200) -> tuple[str, bool]:
 def _section(results: dict[str, dict[str, float]]) -> tuple[str, bool]:
     held = True
     lines = [
-        "## Registry storage (issue 16)",
+        "## Registry storage",
         "",
         f"Push and pull of a {next(iter(results.values()))['size'] / MiB:.0f} MiB archive "
         "against the store's own raw upload and download of the same bytes (MiB/s; floor "

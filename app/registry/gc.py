@@ -2,14 +2,15 @@
 
 Kept versions are the live ones and those soft-deleted less than `gc_deleted_grace_s` ago. An
 object is collected when no kept version refers to it (as its canonical document, its archive
-stored whole before issue 16, or a part of its archive) and no push touched it within
-`gc_claim_grace_s`. All of it runs in one transaction holding the blob lock exclusively (on
-SQLite, every write transaction excludes every other): a push's final transaction, which holds
-the lock shared, re-stores whatever was taken between its claim and its commit, so gc and pushes
-can race freely (see `objects`). Objects the store holds with no row at all (a push that died
-between its claim's rollback and its upload) are collected once they are older than the grace,
-and so are an object store's unfinished multipart uploads (a replica killed mid-upload). Graph
-answers the API stored for archives no kept version has are removed too.
+stored whole, as registries before tensor-level storage stored every archive, or a part of its
+archive) and no push touched it within `gc_claim_grace_s`. All of it runs in one transaction
+holding the blob lock exclusively (on SQLite, every write transaction excludes every other): a
+push's final transaction, which holds the lock shared, re-stores whatever was taken between its
+claim and its commit, so gc and pushes can race freely (see `objects`). Objects the store holds
+with no row at all (a push that died between its claim's rollback and its upload) are collected
+once they are older than the grace, and so are an object store's unfinished multipart uploads (a
+replica killed mid-upload). Graph answers the API stored for archives no kept version has are
+removed too.
 """
 
 from __future__ import annotations

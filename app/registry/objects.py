@@ -128,7 +128,8 @@ def record_archive(conn: Connection, digest: str, layout: Layout) -> None:
 
 
 def layout_of(conn: Connection, digest: str) -> Layout | None:
-    """The layout of a stored archive (None for one stored whole, before issue 16)."""
+    """The layout of a stored archive (None for one stored whole, from before tensor-level
+    storage)."""
     row = conn.execute(select(blob_archives).where(blob_archives.c.digest == digest)).first()
     return None if row is None else Layout.of(row.size, row.skeleton, row.holes)
 

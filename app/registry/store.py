@@ -525,7 +525,8 @@ class Registry:
 
     def _open(self, digest: str, archive: bool) -> BinaryIO:
         """An object, or an archive rebuilt from its skeleton and tensor objects (one stored
-        whole before issue 16 is its own object); FileNotFoundError if gc took it."""
+        whole, from before tensor-level storage, is its own object); FileNotFoundError if gc
+        took it."""
         layout = self.layouts.of(digest) if archive else None
         return StoredArchive(digest, layout).open(self.blobs.objects)
 

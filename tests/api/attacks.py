@@ -1,4 +1,4 @@
-"""Uploads from issue 14's table of attacks, each within every default limit: a JSON document of a
+"""Uploads built to exhaust the server, each within every default limit: a JSON document of a
 million keys, a .pt2 whose graph is a chain of 100k nodes, and a multipart body of 200k parts."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The API process's memory budget: every operation on an upload at the size limit keeps it
-under its baseline plus 64 MiB (issue 8).
+under its baseline plus 64 MiB.
 
 The upload is a real exported program whose weights are ~130 MiB: tensor bytes must be spooled,
 checked and hashed in streams, never held whole. Validating at level torch and deserializing

@@ -366,8 +366,9 @@ def test_a_trickled_body_is_cut_off(deployed: Deployed, head: bytes) -> None:
 
 
 def test_a_mixed_load_gets_no_server_error(deployed: Deployed) -> None:
-    """issue 14's load test, bounded (`make bench` runs it for 60 s): 16 clients mixing validate
-    at every level, canonicalize and registry pushes of a small and a large program."""
+    """The mixed load of bench/mixed.py, bounded (`make bench` runs it for 60 s): 16 clients
+    mixing validate at every level, canonicalize and registry pushes of a small and a large
+    program."""
     program = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
     large_doc, large_zip = chain_program(2000)
     calls = mixed.mix(torch_json(program), archive_bytes(program), large_doc, large_zip)

@@ -38,7 +38,7 @@ from tests.archive.zipcraft import (
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 LIMIT = 1 << 31
-#: What refusing a hostile zip may cost, whatever the zip (issue 8's zip cases).
+#: What refusing a hostile zip may cost, whatever the zip.
 REFUSAL_SECONDS = 1.0
 REFUSAL_BYTES = 50 * MiB
 

@@ -99,7 +99,7 @@ def test_smoke_run_prints_a_table_where_every_check_passed(
     assert "| benchmark |" in written
     assert "**CPU**" in written
     assert "torch 2." in written
-    # issue 20 item 4: the server's idle footprint, by process role, with its verdict
+    # the server's idle footprint, by process role, with its verdict
     assert "## Idle footprint" in written
     assert re.search(r"\*\*idle footprint\*\*: [\d,]+ MB RSS in all .*: (MET|MISSED)", written)
 
@@ -145,7 +145,7 @@ def test_rows_judge_the_targets() -> None:
     small = timing_row("parse", "p", 499, 100, slow_run)
     assert met.status == "MET"
     assert missed.status == "MISSED (15x < 20x torch; 10x > 5x floor)"
-    # issue 20 judges parse, dump and canonicalize from about 1k nodes; smaller rows keep it
+    # parse, dump and canonicalize are judged from about 1k nodes; smaller rows keep a verdict
     assert small.status == "not judged (< 500 nodes; MISSED (15x < 20x torch; 10x > 5x floor))"
 
 

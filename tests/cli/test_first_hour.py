@@ -1,4 +1,4 @@
-"""A new user's first hour with the CLI (issue 19, items 3 to 9) on real programs: the zoo and a
+"""A new user's first hour with the CLI on real programs: the zoo and a
 tiny Hugging Face BERT."""
 
 from __future__ import annotations

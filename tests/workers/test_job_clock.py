@@ -1,6 +1,7 @@
 """A job's time limit measures its own execution: on a host with more busy processes than cores,
-the time a job waits for a core is not counted against it (issue 14's mixed load had pushes
-killed as worker-timeout while they waited for the CPU), while a job that hangs still is."""
+the time a job waits for a core is not counted against it (under the mixed load of
+bench/mixed.py, pushes were killed as worker-timeout while they waited for the CPU), while a job
+that hangs still is."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A registry push reads its archive in a document worker (issue 14's leftover): vetting, the
+"""A registry push reads its archive in a document worker: vetting, the
 canonical form, the served archive and the graph answer are built there, with what the in-process
 `ingest.prepare` and graph view build; the API process runs none of it."""
 

@@ -1,4 +1,4 @@
-"""Identities, permissions, protected aliases, audit log and quotas (issue 15).
+"""Identities, permissions, protected aliases, audit log and quotas.
 
 Revision ID: 0002
 Revises: 0001

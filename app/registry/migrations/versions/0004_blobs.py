@@ -1,4 +1,4 @@
-"""Tensor-level blob storage: objects, archives as skeleton plus tensor objects (issue 16).
+"""Tensor-level blob storage: objects, archives as skeleton plus tensor objects.
 
 Revision ID: 0004
 Revises: 0003
