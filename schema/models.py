@@ -350,187 +350,187 @@ class ComplexValue(Struct):
 
 
 class ArgumentAsNone(Arm):
-    """Argument arm."""
+    """An absent argument (``None``); torch writes its flag as true."""
 
     as_none: Annotated[bool, W(10)]
 
 
 class ArgumentAsTensor(Arm):
-    """Argument arm."""
+    """A tensor value, by name."""
 
     as_tensor: Annotated[TensorArgument, W(20)]
 
 
 class ArgumentAsTensors(Arm):
-    """Argument arm."""
+    """A list of tensor values, by name."""
 
     as_tensors: Annotated[list[TensorArgument], W(30)]
 
 
 class ArgumentAsInt(Arm):
-    """Argument arm."""
+    """An integer literal."""
 
     as_int: Annotated[int, W(50)]
 
 
 class ArgumentAsInts(Arm):
-    """Argument arm."""
+    """A list of integer literals."""
 
     as_ints: Annotated[list[int], W(70)]
 
 
 class ArgumentAsFloat(Arm):
-    """Argument arm."""
+    """A float literal (``inf`` and ``nan`` as their wire strings)."""
 
     as_float: Annotated[WireFloat, W(80)]
 
 
 class ArgumentAsFloats(Arm):
-    """Argument arm."""
+    """A list of float literals."""
 
     as_floats: Annotated[list[WireFloat], W(90)]
 
 
 class ArgumentAsString(Arm):
-    """Argument arm."""
+    """A string literal."""
 
     as_string: Annotated[str, W(100)]
 
 
 class ArgumentAsStrings(Arm):
-    """Argument arm."""
+    """A list of string literals."""
 
     as_strings: Annotated[list[str], W(101)]
 
 
 class ArgumentAsSymInt(Arm):
-    """Argument arm."""
+    """A symbolic integer value by name, or an integer literal in its place."""
 
     as_sym_int: Annotated[SymIntArgument, W(110)]
 
 
 class ArgumentAsSymInts(Arm):
-    """Argument arm."""
+    """A list of symbolic integers, each a value by name or a literal."""
 
     as_sym_ints: Annotated[list[SymIntArgument], W(120)]
 
 
 class ArgumentAsScalarType(Arm):
-    """Argument arm."""
+    """A dtype (a `ScalarType`)."""
 
     as_scalar_type: Annotated[ScalarType, W(130)]
 
 
 class ArgumentAsMemoryFormat(Arm):
-    """Argument arm."""
+    """A memory format (a `MemoryFormat`)."""
 
     as_memory_format: Annotated[MemoryFormat, W(140)]
 
 
 class ArgumentAsLayout(Arm):
-    """Argument arm."""
+    """A tensor layout (a `Layout`)."""
 
     as_layout: Annotated[Layout, W(150)]
 
 
 class ArgumentAsDevice(Arm):
-    """Argument arm."""
+    """A device."""
 
     as_device: Annotated[Device, W(160)]
 
 
 class ArgumentAsBool(Arm):
-    """Argument arm."""
+    """A boolean literal."""
 
     as_bool: Annotated[bool, W(170)]
 
 
 class ArgumentAsBools(Arm):
-    """Argument arm."""
+    """A list of boolean literals."""
 
     as_bools: Annotated[list[bool], W(180)]
 
 
 class ArgumentAsSymBool(Arm):
-    """Argument arm."""
+    """A symbolic boolean value by name, or a boolean literal in its place."""
 
     as_sym_bool: Annotated[SymBoolArgument, W(182)]
 
 
 class ArgumentAsSymBools(Arm):
-    """Argument arm."""
+    """A list of symbolic booleans, each a value by name or a literal."""
 
     as_sym_bools: Annotated[list[SymBoolArgument], W(184)]
 
 
 class ArgumentAsGraph(Arm):
-    """Argument arm."""
+    """A subgraph (its name and graph) handed to a higher-order operator such as ``cond``."""
 
     as_graph: Annotated[GraphArgument, W(200)]
 
 
 class ArgumentAsOptionalTensors(Arm):
-    """Argument arm."""
+    """A list of optional tensors, each a tensor value by name or none."""
 
     as_optional_tensors: Annotated[list[OptionalTensorArgument], W(190)]
 
 
 class ArgumentAsCustomObj(Arm):
-    """Argument arm."""
+    """A script object value, by name and class."""
 
     as_custom_obj: Annotated[CustomObjArgument, W(210)]
 
 
 class ArgumentAsOperator(Arm):
-    """Argument arm."""
+    """An operator, by its qualified name."""
 
     as_operator: Annotated[str, W(220)]
 
 
 class ArgumentAsSymFloat(Arm):
-    """Argument arm."""
+    """A symbolic float value by name, or a float literal in its place."""
 
     as_sym_float: Annotated[SymFloatArgument, W(230, V8_2)]
 
 
 class ArgumentAsSymFloats(Arm):
-    """Argument arm."""
+    """A list of symbolic floats, each a value by name or a literal."""
 
     as_sym_floats: Annotated[list[SymFloatArgument], W(240, V8_2)]
 
 
 class ArgumentAsOptionalTensor(Arm):
-    """Argument arm."""
+    """One optional tensor: a tensor value by name, or none."""
 
     as_optional_tensor: Annotated[OptionalTensorArgument, W(250, V8_8)]
 
 
 class ArgumentAsComplex(Arm):
-    """Argument arm."""
+    """A complex literal (real and imaginary parts)."""
 
     as_complex: Annotated[ComplexValue, W(260, V8_14)]
 
 
 class ArgumentAsNestedTensors(Arm):
-    """Argument arm."""
+    """A list of lists of tensor values, by name."""
 
     as_nested_tensors: Annotated[list[list[TensorArgument]], W(270, V8_17)]
 
 
 class ArgumentAsIntLists(Arm):
-    """Argument arm."""
+    """A list of lists of integer literals."""
 
     as_int_lists: Annotated[list[list[int]], W(280, V8_15)]
 
 
 class ArgumentAsStringToArgument(Arm):
-    """Argument arm."""
+    """A map from strings to whole arguments (which may nest further)."""
 
     as_string_to_argument: Annotated[dict[str, Argument], W(290, V8_15)]
 
 
 class ArgumentAsFloatLists(Arm):
-    """Argument arm."""
+    """A list of lists of float literals."""
 
     as_float_lists: Annotated[list[list[WireFloat]], W(300, V8_20)]
 
