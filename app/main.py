@@ -27,7 +27,7 @@ from app.api.auth import (
     read_or_stateless,
     stateless,
 )
-from app.api.deps import LazyPool
+from app.api.deps import LazyTorchPool
 from app.api.direct import DirectValidate
 from app.api.headers import NoSniff, install_pages
 from app.http import problems
@@ -41,7 +41,7 @@ from app.workers.documents import DocumentRunner
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service; torch workers start at the first torch job, not here."""
     settings = settings or Settings.from_env()
-    pool = LazyPool(settings)
+    pool = LazyTorchPool(settings)
     documents = DocumentRunner(settings)
 
     @asynccontextmanager

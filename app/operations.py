@@ -209,13 +209,13 @@ class Serialized:
 
 def serialize(source: Source, settings: Settings) -> Serialized:
     """The screened documents and the weights manifest (sha256 streamed, nothing unpickled)."""
-    refuse_pickles(source, settings)
+    refuse_disallowed_pickles(source, settings)
     docs = {name: read_document(source, name, settings).doc for name in source.documents}
     weights = manifest(source.archive) if source.archive is not None else []
     return Serialized(docs, weights)
 
 
-def refuse_pickles(source: Source, settings: Settings) -> None:
+def refuse_disallowed_pickles(source: Source, settings: Settings) -> None:
     """Pickled payloads are refused unless the deployment carries them as opaque bytes, by the
     rule validation reports (`pickle_findings`). Sample inputs are not refused: what we write
     never holds ones we cannot prove (`sample_inputs`)."""
@@ -314,7 +314,7 @@ class Canonical:
 
 def canonical(source: Source, settings: Settings, model: str | None = None) -> Canonical:
     """Canonical document bytes, graph digest, weights digest (streamed) and program digest."""
-    refuse_pickles(source, settings)
+    refuse_disallowed_pickles(source, settings)
     document = read_document(source, model, settings)
     data = canonical_bytes(canonicalize(document.doc))
     return Canonical(
@@ -560,7 +560,7 @@ def weights_from(
     if source.origin is None:
         raise ValueError("a torch job opens the archive itself: open the source with open_source")
     # pickled tensors too: a program with any is refused before a job unless the deployment
-    # carries opaque pickles (`refuse_pickles`), and the worker only copies their bytes
+    # carries opaque pickles (`refuse_disallowed_pickles`), and the worker only copies their bytes
     names = {stored: fqn for fqn, stored in source.tensor_names(source.model(model)).items()}
     return TensorSource(archive=source.origin, names=names, limits=source.archive.reader.limits)
 
@@ -612,7 +612,7 @@ def buildable(
 ) -> schema.ExportedProgram:
     """The model's checked document, refused unless torch may be asked to build it: no pickles,
     semantically valid, and weights given where the program has some."""
-    refuse_pickles(document, settings)
+    refuse_disallowed_pickles(document, settings)
     read = read_document(document, model, settings)
     doc = read.doc
     # validate's torch level is semantic validation, then the worker job run here: refusing what

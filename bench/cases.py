@@ -137,7 +137,7 @@ def our_deserialize(archive: bytes, settings: Settings) -> tuple[Any, bytes]:
     """The .pt2 the deserialize job makes: read, screen, read the tensors (as the worker does),
     build with torch (fast route), write with our writer."""
     with ops.open_source(archive, "zip", settings) as source:
-        ops.refuse_pickles(source, settings)
+        ops.refuse_disallowed_pickles(source, settings)
         doc = ops.read_document(source, None, settings).doc
         tensors = ops.weights_from(None, source, None)
     out = io.BytesIO()

@@ -27,7 +27,7 @@ from app.workers.torch import torch_spec
 from app.workers.worker import Job
 
 
-class LazyPool(workers.LazyPool):
+class LazyTorchPool(workers.LazyPool):
     """The torch worker pool, started by the first torch job (or a readiness probe)."""
 
     def __init__(self, settings: Settings) -> None:
@@ -60,9 +60,9 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-def pool_of(request: Request) -> LazyPool:
+def pool_of(request: Request) -> LazyTorchPool:
     """The app's torch pool."""
-    pool: LazyPool = request.app.state.pool
+    pool: LazyTorchPool = request.app.state.pool
     return pool
 
 
@@ -78,7 +78,7 @@ async def settings_dep(request: Request) -> Settings:
     return settings_of(request)
 
 
-async def pool_dep(request: Request) -> LazyPool:
+async def pool_dep(request: Request) -> LazyTorchPool:
     """`pool_of` as a dependency (a coroutine, as `settings_dep`)."""
     return pool_of(request)
 
@@ -255,7 +255,7 @@ async def inspect_request(
 
 
 SettingsDep = Annotated[Settings, Depends(settings_dep)]
-PoolDep = Annotated[LazyPool, Depends(pool_dep)]
+PoolDep = Annotated[LazyTorchPool, Depends(pool_dep)]
 UploadDep = Annotated[Upload, Depends(upload)]
 #: released as soon as the route returns, not once its response is sent
 WorkDep = Annotated[Work, Depends(admitted, scope="function")]

@@ -65,14 +65,14 @@ def _source_media(part: Part) -> ops.Media:
     return "zip" if part.media == "zip" else "json"
 
 
-def _job_upload(part: Part) -> jobs.Upload:
-    return jobs.Upload(part.path, _source_media(part))
+def _job_upload(part: Part) -> jobs.UploadedProgram:
+    return jobs.UploadedProgram(part.path, _source_media(part))
 
 
-def _program(program: Program) -> jobs.Upload:
+def _program(program: Program) -> jobs.UploadedProgram:
     """The program a route reads: form field `file` or `document`, or the body."""
     if isinstance(program.received, Body):
-        return jobs.Upload(program.received.data, "json")
+        return jobs.UploadedProgram(program.received.data, "json")
     return _job_upload(program.received.one("file", "document"))
 
 

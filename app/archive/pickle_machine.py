@@ -21,7 +21,7 @@ from typing import Any
 from app.archive.pickle_symbols import (
     OPCODES,
     Instance,
-    Limits,
+    PickleLimits,
     PickleRefused,
     Policy,
     describe,
@@ -38,11 +38,11 @@ class Machine:
         self,
         data: bytes,
         policy: Policy,
-        limits: Limits | None = None,
+        limits: PickleLimits | None = None,
     ) -> None:
         self.data = data
         self.policy = policy
-        self.limits = limits or Limits()
+        self.limits = limits or PickleLimits()
         self.pos = 0
         self.at = 0
         #: where reading must stop: the end of the current frame, else of the pickle

@@ -49,7 +49,7 @@ class Instance:
 
 
 @dataclass(frozen=True)
-class Limits:
+class PickleLimits:
     """Bounds that keep any pickle's simulation small."""
 
     max_ops: int = 100_000

@@ -13,11 +13,11 @@ import re
 from typing import Any
 
 from app.archive.pickle_machine import Machine
-from app.archive.pickle_symbols import Limits, PickleRefused, Survey
+from app.archive.pickle_symbols import PickleLimits, PickleRefused, Survey
 from app.archive.weights_only import TORCH_OPCODES, Rules, WeightsOnly, rules
 from app.archive.zipread import ZipReader
 from app.failure import Failure
-from app.settings import Limits as InputLimits
+from app.settings import Limits
 
 __all__ = [
     "TORCH_OPCODES",
@@ -36,7 +36,9 @@ _MAX_PICKLE_BYTES = 64 * 1024 * 1024
 # -- the torch.save file -----------------------------------------------------------------------
 
 
-def weights_only_load(data: bytes, records: dict[str, int], limits: Limits | None = None) -> Any:
+def weights_only_load(
+    data: bytes, records: dict[str, int], limits: PickleLimits | None = None
+) -> Any:
     """The symbolic object torch's weights_only loader makes of a data.pkl, or PickleRefused.
 
     `records` maps each storage key to the byte size of its `data/<key>` record.
@@ -47,7 +49,7 @@ def weights_only_load(data: bytes, records: dict[str, int], limits: Limits | Non
     return machine.run()
 
 
-def imports(data: bytes, limits: Limits | None = None) -> list[str]:
+def imports(data: bytes, limits: PickleLimits | None = None) -> list[str]:
     """Every global a full unpickler would import for `data` (simulated, nothing imported)."""
     survey = Survey()
     try:
@@ -67,7 +69,7 @@ def _pickle_reasons(data: bytes, records: dict[str, int]) -> list[str]:
     return []
 
 
-def check_torch_save(data: bytes, limits: InputLimits) -> list[str]:
+def check_torch_save(data: bytes, limits: Limits) -> list[str]:
     """Why torch's weights_only loader would not load this `torch.save` file; [] when it would.
 
     Only the zip format (torch.save's default since 1.6) is proven; torch.load reads a legacy

@@ -102,7 +102,7 @@ class _Entry:
     zip64: bool
 
 
-class Source:
+class RandomAccess:
     """Random access to bytes or a seekable file, reading only what is asked for."""
 
     def __init__(self, source: ZipSource) -> None:
@@ -154,7 +154,7 @@ class Source:
 class Directory:
     """The checked members of a zip, parsed from its directory and local headers."""
 
-    def __init__(self, src: Source, limits: Limits) -> None:
+    def __init__(self, src: RandomAccess, limits: Limits) -> None:
         self._src = src
         self.limits = limits
 

@@ -18,7 +18,7 @@ from app.archive.readahead import read_ahead
 from app.archive.zipdir import (
     STORED,
     Directory,
-    Source,
+    RandomAccess,
     ZipMember,
     ZipSource,
 )
@@ -36,7 +36,7 @@ class ZipReader:
         self, source: ZipSource, limits: Limits | None = None, *, single_root: bool = True
     ) -> None:
         self.limits = limits or Limits()
-        self._src = Source(source)
+        self._src = RandomAccess(source)
         try:
             self.members = Directory(self._src, self.limits).members(single_root)
         except BaseException:

@@ -63,7 +63,7 @@ def prepare(
     """Validate one model of a .pt2 at level torch (refused with the report's errors if invalid),
     canonicalize and summarize it, and write the archive to serve into `into`."""
     with ops.open_source(path, "zip", settings) as source:
-        refuse_pickled(source)
+        refuse_unproven_pickles(source)
         refuse_invalid(ops.validate(source, "torch", settings, runner, model))
         vetted, canonical = vet(source, settings, model, into)
     into.finish()
@@ -105,7 +105,7 @@ def vet(
     return vetted, canonical.data
 
 
-def refuse_pickled(source: ops.Source) -> None:
+def refuse_unproven_pickles(source: ops.Source) -> None:
     """Pickled payloads and objects pass the checks only where a deployment allows them as
     opaque bytes; the registry serves nothing it cannot prove, so it refuses them always."""
     archive = source.archive

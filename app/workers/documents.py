@@ -105,7 +105,7 @@ class DocumentRunner(LazyPool):
 
 
 @dataclass(frozen=True)
-class Upload:
+class UploadedProgram:
     """An uploaded program as a job finds it: its file (or a small JSON body's bytes, which
     never leave the API process) and what it holds."""
 
@@ -114,7 +114,7 @@ class Upload:
 
 
 def job_canonical(
-    upload: Upload, settings: Settings, model: str | None, target: Path
+    upload: UploadedProgram, settings: Settings, model: str | None, target: Path
 ) -> tuple[str, Digests]:
     """Write the canonical bytes of one model to `target`; its name and digests."""
     with ops.open_source(upload.source, upload.media, settings) as source:
@@ -133,7 +133,7 @@ class Checked:
 
 
 def job_check(
-    upload: Upload,
+    upload: UploadedProgram,
     settings: Settings,
     level: Level,
     model: str | None,
@@ -153,7 +153,7 @@ def job_check(
 
 
 def job_buildable(
-    upload: Upload,
+    upload: UploadedProgram,
     settings: Settings,
     model: str | None,
     weights: Path | None,
@@ -172,7 +172,7 @@ def job_buildable(
         return ops.with_sample_inputs(tensors, source, settings, model)
 
 
-def job_serialize(upload: Upload, settings: Settings, bundle: bool, target: Path) -> None:
+def job_serialize(upload: UploadedProgram, settings: Settings, bundle: bool, target: Path) -> None:
     """Write to `target` an archive's documents and weights manifest as JSON, or with `bundle`,
     a zip of them and the weights as safetensors (streamed: the weights never sit in memory)."""
     with ops.open_source(upload.source, upload.media, settings) as source:
@@ -191,14 +191,16 @@ def job_serialize(upload: Upload, settings: Settings, bundle: bool, target: Path
 
 
 def job_inspect(
-    upload: Upload, settings: Settings, request: ops.InspectRequest, model: str | None
+    upload: UploadedProgram, settings: Settings, request: ops.InspectRequest, model: str | None
 ) -> BaseModel:
     """One view of what is in a program."""
     with ops.open_source(upload.source, upload.media, settings) as source:
         return ops.inspect(source, settings, request, model)
 
 
-def job_diff(old: Upload, new: Upload, settings: Settings, model: str | None) -> ProgramDiff:
+def job_diff(
+    old: UploadedProgram, new: UploadedProgram, settings: Settings, model: str | None
+) -> ProgramDiff:
     """What changed between one model of two programs."""
     with (
         ops.open_source(old.source, old.media, settings) as was,
@@ -207,7 +209,7 @@ def job_diff(old: Upload, new: Upload, settings: Settings, model: str | None) ->
         return ops.program_diff(was, now, settings, model)
 
 
-def job_compat(upload: Upload, settings: Settings, model: str | None) -> schema.Compat:
+def job_compat(upload: UploadedProgram, settings: Settings, model: str | None) -> schema.Compat:
     """Which schema versions and torch releases can read one model's document."""
     with ops.open_source(upload.source, upload.media, settings) as source:
         return ops.compat(source, settings, model)

@@ -16,7 +16,7 @@ from pathlib import Path
 import schema
 from app import operations as ops
 from app.programs.findings import Report
-from app.registry.ingest import Vetted, refuse_pickled, vet
+from app.registry.ingest import Vetted, refuse_unproven_pickles, vet
 from app.settings import Settings
 from app.tensors.sources import TensorSource
 
@@ -59,7 +59,7 @@ def job_vet(archive: Path, settings: Settings, model: str | None, files: PushFil
     check the model; for a valid one, write its checked document, its canonical bytes and the
     archive to serve to `files`."""
     with ops.open_source(archive, "zip", settings) as source:
-        refuse_pickled(source)
+        refuse_unproven_pickles(source)
         report = ops.check(source, "torch", settings, model)
         if not report.valid:
             return Pushing(report)

@@ -33,7 +33,7 @@ def spliced_server() -> Iterator[Server]:
 def _written(archive: Path, folder: Path) -> bytes:
     """What our writer makes of the archive's program, as the CLI's deserialize writes it."""
     checked, target = folder / "document.json", folder / "written.pt2"
-    upload = documents.Upload(archive, "zip")
+    upload = documents.UploadedProgram(archive, "zip")
     tensors = documents.job_buildable(upload, Settings(), None, None, checked)
     jobs.job_deserialize_to_pt2(checked, tensors, target)
     return target.read_bytes()

@@ -54,7 +54,7 @@ def test_a_document_job_in_a_worker_reads_no_torch(
 ) -> None:
     path = tmp_path / "doc.json"
     path.write_bytes(zoo_json[PROGRAM_NAMES[0]])
-    upload = document_jobs.Upload(path, "json")
+    upload = document_jobs.UploadedProgram(path, "json")
     out = tmp_path / "out"
     name, digests = documents.submit(document_jobs.job_canonical, upload, Settings(), None, out)
     with ops.open_source(path, "json", Settings()) as source:

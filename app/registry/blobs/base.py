@@ -47,7 +47,7 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class Upload:
+class PendingUpload:
     """An upload begun and not finished (an object store's multipart upload): the key it
     writes, its id and when it began (epoch s)."""
 
@@ -102,11 +102,11 @@ class Objects(Protocol):
         """Delete one of `strays`."""
         ...
 
-    def unfinished(self) -> list[Upload]:
+    def unfinished(self) -> list[PendingUpload]:
         """Uploads begun under the store's area and neither completed nor aborted."""
         ...
 
-    def abort(self, upload: Upload) -> None:
+    def abort(self, upload: PendingUpload) -> None:
         """Abort one of `unfinished` (its parts are freed; no error if it is gone)."""
         ...
 

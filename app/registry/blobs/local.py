@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from app.registry.blobs.base import Listed, Piece, Upload, is_digest
+from app.registry.blobs.base import Listed, PendingUpload, Piece, is_digest
 
 _TEMP = ".copying-"
 #: a copy into the store still unfinished this long after it started was left by a crash.
@@ -245,9 +245,9 @@ class LocalObjects:
         else:
             path.unlink(missing_ok=True)
 
-    def unfinished(self) -> list[Upload]:
+    def unfinished(self) -> list[PendingUpload]:
         """None: a copy cut short is a temporary file, a stray once its grace is over."""
         return []
 
-    def abort(self, upload: Upload) -> None:
+    def abort(self, upload: PendingUpload) -> None:
         """Nothing to abort (`unfinished` lists none)."""

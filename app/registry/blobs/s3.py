@@ -39,7 +39,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from app.registry.blobs.base import Listed, Piece, Reader, Upload, is_digest
+from app.registry.blobs.base import Listed, PendingUpload, Piece, Reader, is_digest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -241,19 +241,19 @@ class S3Objects:
         """Delete a stray key."""
         self.client.delete_object(Bucket=self.bucket, Key=f"{self.prefix}{name}")
 
-    def unfinished(self) -> list[Upload]:
+    def unfinished(self) -> list[PendingUpload]:
         """Multipart uploads under the prefix still in progress (a replica killed mid-upload
         leaves its parts stored, unlisted and billed, until the upload is aborted)."""
         pages = self.client.get_paginator("list_multipart_uploads").paginate(
             Bucket=self.bucket, Prefix=self.prefix
         )
         return [
-            Upload(str(item["Key"]), str(item["UploadId"]), item["Initiated"].timestamp())
+            PendingUpload(str(item["Key"]), str(item["UploadId"]), item["Initiated"].timestamp())
             for page in pages
             for item in cast(list[dict[str, Any]], page.get("Uploads", []))
         ]
 
-    def abort(self, upload: Upload) -> None:
+    def abort(self, upload: PendingUpload) -> None:
         """Abort the multipart upload."""
         try:
             self.client.abort_multipart_upload(
