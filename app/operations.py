@@ -23,7 +23,7 @@ from pydantic import BaseModel
 import schema
 from app.archive import Archive, ManifestEntry, manifest, open_archive
 from app.archive.pickles import check_torch_save
-from app.failure import Failure
+from app.failure import Failure, problem_code
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
 from app.programs.bounds import check_bounds
@@ -174,7 +174,7 @@ def _refuse_unreadable(raw: bytes, settings: Settings) -> None:
     bounds = [f for f in check_bounds(raw, settings.limits) if f.severity == "error"]
     if bounds:
         first = bounds[0]
-        raise OperationFailure(first.code, first.message, _issues(bounds))
+        raise OperationFailure(problem_code(first.code), first.message, _issues(bounds))
 
 
 def read_document(source: Source, model: str | None, settings: Settings) -> Document:

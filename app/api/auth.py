@@ -20,6 +20,7 @@ from fastapi import Depends, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.failure import ProblemCode
 from app.registry import Registry
 from app.registry.audit import Actor
 from app.registry.auth import (
@@ -44,8 +45,8 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: the problems of missing or invalid credentials (401), and of a route that also checks
 #: permissions (403 too).
-CREDENTIAL_PROBLEMS = ("unauthenticated", "token-expired", "token-revoked")
-AUTH_PROBLEMS = (*CREDENTIAL_PROBLEMS, "forbidden", "cross-origin-refused")
+CREDENTIAL_PROBLEMS: tuple[ProblemCode, ...] = ("unauthenticated", "token-expired", "token-revoked")
+AUTH_PROBLEMS: tuple[ProblemCode, ...] = (*CREDENTIAL_PROBLEMS, "forbidden", "cross-origin-refused")
 #: methods that change nothing, so another site may send them along with an ambient identity
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

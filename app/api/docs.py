@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 import schema
+from app.failure import ProblemCode
 from app.http.problems import PROBLEM_SCHEMA_REF, Problem
 
 COMPONENTS = "#/components/schemas/"
@@ -21,7 +22,7 @@ DOCUMENT_BODY = {
 
 
 #: The problems of reading an upload at all (app.http.uploads).
-_UPLOAD_PROBLEMS = (
+_UPLOAD_PROBLEMS: tuple[ProblemCode, ...] = (
     "bad-request",
     "bad-multipart",
     "too-many-parts",
@@ -32,7 +33,7 @@ _UPLOAD_PROBLEMS = (
     "request-invalid",
 )
 #: ... and of reading a program from it (app.operations: open, bound, parse, screen).
-READ_PROBLEMS = (
+READ_PROBLEMS: tuple[ProblemCode, ...] = (
     *_UPLOAD_PROBLEMS,
     "archive-corrupt",
     "invalid-document",
@@ -40,7 +41,11 @@ READ_PROBLEMS = (
     "unsafe-pickle",
 )
 #: A worker job's failures (app.workers.pool).
-TORCH_PROBLEMS = ("worker-crashed", "worker-timeout", "worker-out-of-memory")
+TORCH_PROBLEMS: tuple[ProblemCode, ...] = (
+    "worker-crashed",
+    "worker-timeout",
+    "worker-out-of-memory",
+)
 
 
 def request_body(

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, StrictBool
 
 from app.api.auth import AUTH_PROBLEMS, CallerDep, ManageDep, ensure
 from app.api.deps import DateTime
+from app.failure import ProblemCode
 from app.http.problems import problem_responses
 from app.registry import Registry, check_model_name
 from app.registry.audit import AuditPage, AuditQuery, entries
@@ -26,7 +27,7 @@ from app.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["organization"])
 
-_PROBLEMS = (*AUTH_PROBLEMS, "registry-unavailable", "request-invalid")
+_PROBLEMS: tuple[ProblemCode, ...] = (*AUTH_PROBLEMS, "registry-unavailable", "request-invalid")
 
 
 def _registry(request: Request) -> Registry:
@@ -109,7 +110,7 @@ class LevelBody(BaseModel):
     level: Level
 
 
-_MODEL_PROBLEMS = (*_PROBLEMS, "invalid-name")
+_MODEL_PROBLEMS: tuple[ProblemCode, ...] = (*_PROBLEMS, "invalid-name")
 
 
 @router.get(

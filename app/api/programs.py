@@ -32,6 +32,7 @@ from app.api.deps import (
 )
 from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
 from app.archive import ManifestEntry
+from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.http.spliced import SplicedResponse
 from app.http.uploads import Part, Upload, receive
@@ -42,7 +43,7 @@ from app.workers import documents as jobs
 
 router = APIRouter(prefix="/v1", tags=["programs"])
 #: What a route that works on a document in a worker can also answer (app.workers).
-WORK_PROBLEMS = ("service-busy", *TORCH_PROBLEMS)
+WORK_PROBLEMS: tuple[ProblemCode, ...] = ("service-busy", *TORCH_PROBLEMS)
 
 
 class SerializeResponse(BaseModel):

@@ -34,6 +34,7 @@ from app.api.deps import PoolDep, SettingsDep, Work, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.stored import on_stored, run_sync
 from app.archive import open_archive
+from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.http.ranges import bytes_response
 from app.http.uploads import FormSplitter, PartHeader, content_type, stream_body
@@ -77,18 +78,18 @@ _FILE_PARTS = ("file", "archive")
 #: a push copies the archive a document job wrote into the store's staging this much at a time
 _COPY_CHUNK = 1 << 20
 
-_NAME_PROBLEMS = (
+_NAME_PROBLEMS: tuple[ProblemCode, ...] = (
     *AUTH_PROBLEMS,
     "invalid-name",
     "model-not-found",
     "registry-unavailable",
     "request-invalid",
 )
-_REF_PROBLEMS = (*_NAME_PROBLEMS, "version-not-found", "alias-not-found")
-_CONTENT_PROBLEMS = (*_REF_PROBLEMS, "version-deleted")
+_REF_PROBLEMS: tuple[ProblemCode, ...] = (*_NAME_PROBLEMS, "version-not-found", "alias-not-found")
+_CONTENT_PROBLEMS: tuple[ProblemCode, ...] = (*_REF_PROBLEMS, "version-deleted")
 #: an answer of stored bytes (app.http.ranges): no range inside it, or a client over its cap
-_DOWNLOAD_PROBLEMS = ("range-not-satisfiable", "too-many-downloads")
-_PUSH_PROBLEMS = (
+_DOWNLOAD_PROBLEMS: tuple[ProblemCode, ...] = ("range-not-satisfiable", "too-many-downloads")
+_PUSH_PROBLEMS: tuple[ProblemCode, ...] = (
     *AUTH_PROBLEMS,
     "rate-limited",
     "quota-exceeded",

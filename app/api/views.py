@@ -22,6 +22,7 @@ from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.graphs import upload_graph, version_graph_file
 from app.api.registry import RegistryDep
 from app.api.stored import on_stored, run_sync
+from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.programs.findings import Report
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
@@ -33,8 +34,8 @@ router = APIRouter(prefix="/v1", tags=["views"])
 _JSON = "application/json"
 _T = TypeVar("_T")
 #: a graph answer is built in a document worker (app.api.graphs)
-_GRAPH_PROBLEMS = ("bad-module-stack", "module-too-deep", *TORCH_PROBLEMS)
-_VERSION_PROBLEMS = (
+_GRAPH_PROBLEMS: tuple[ProblemCode, ...] = ("bad-module-stack", "module-too-deep", *TORCH_PROBLEMS)
+_VERSION_PROBLEMS: tuple[ProblemCode, ...] = (
     "invalid-name",
     "model-not-found",
     "registry-unavailable",

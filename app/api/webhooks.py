@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from app.api.auth import AUTH_PROBLEMS, Caller, CallerDep, has
 from app.api.registry import RegistryDep
+from app.failure import ProblemCode
 from app.http.problems import problem_responses
 from app.registry import Registry, check_model_name
 from app.registry import webhooks as hooks
@@ -39,8 +40,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], lifespan=_lifespan)
 
-_PROBLEMS = (*AUTH_PROBLEMS, "registry-unavailable", "request-invalid")
-_ONE_PROBLEMS = (*_PROBLEMS, "webhook-not-found")
+_PROBLEMS: tuple[ProblemCode, ...] = (*AUTH_PROBLEMS, "registry-unavailable", "request-invalid")
+_ONE_PROBLEMS: tuple[ProblemCode, ...] = (*_PROBLEMS, "webhook-not-found")
 
 
 def _may(registry: Registry, who: Caller, model: str | None) -> bool:

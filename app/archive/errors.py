@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.failure import Failure
+from app.failure import Failure, ProblemCode
 
 #: Every code this layer raises, with what it means; the API maps codes to HTTP problems.
-CODES: dict[str, str] = {
+CODES: dict[ProblemCode, str] = {
     "archive-not-zip": "the bytes are not a zip archive",
     "archive-truncated": "the zip ends before a structure it declares",
     "archive-corrupt": "a zip structure is malformed (records, counts, offsets, extra fields)",

@@ -25,7 +25,7 @@ from app.archive.tensors import dtype_name
 from app.archive.writer import Sink, write_archive
 from app.bridge.standins import stand_ins
 from app.bridge.torch_schema import to_torch
-from app.failure import BridgeFailure, is_allocation_failure
+from app.failure import BridgeFailure, ProblemCode, is_allocation_failure
 from app.programs.for_release import for_release
 from app.programs.screen import refuse_if_unsafe, screen
 from app.programs.semantics import unused_ranges
@@ -552,7 +552,7 @@ def _describe(meta: TensorMeta) -> str:
     return f"{dtype_name(meta.dtype)}{shape_of(meta)}"
 
 
-def _torch_failure(code: str, exc: BaseException) -> BaseException:
+def _torch_failure(code: ProblemCode, exc: BaseException) -> BaseException:
     if is_allocation_failure(exc):
         return MemoryError(torch_message(exc))
     return BridgeFailure(code, torch_message(exc))

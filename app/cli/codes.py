@@ -8,8 +8,10 @@ CLI and app/client.py use.
 
 from __future__ import annotations
 
+from app.failure import ProblemCode
+
 #: code -> what it means.
-CODES: dict[str, str] = {
+CODES: dict[ProblemCode, str] = {
     "server-unreachable": "The server cannot be reached, or answered without a problem body",
     "download-corrupt": "Downloaded bytes do not match the digest the server gave for them",
     "io-error": "A file cannot be read or written",

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
 from app.archive.errors import CODES as ARCHIVE_CODES
-from app.failure import Failure
+from app.failure import Failure, ProblemCode, problem_code
 from schema import Issue, SchemaError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -33,40 +33,46 @@ class ProblemType:
 
 
 #: Every code the service can answer with. A test keeps it equal to the codes the code raises.
-CATALOGUE: dict[str, ProblemType] = {}
+CATALOGUE: dict[ProblemCode, ProblemType] = {}
 
 
-def register(status: int, **codes: str) -> None:
-    """Add codes (keyword names use _ for -) with their titles to the catalogue."""
-    for name, title in codes.items():
-        CATALOGUE[name.replace("_", "-")] = ProblemType(status, title)
+def register(status: int, titles: dict[ProblemCode, str]) -> None:
+    """Add codes with their titles to the catalogue."""
+    for code, title in titles.items():
+        CATALOGUE[code] = ProblemType(status, title)
 
 
 register(
     400,
-    bad_request="The request is malformed",
-    bad_multipart="The multipart body cannot be read",
-    missing_part="A required part of the request is missing",
+    {
+        "bad-request": "The request is malformed",
+        "bad-multipart": "The multipart body cannot be read",
+        "missing-part": "A required part of the request is missing",
+    },
 )
-register(404, not_found="No such resource", unknown_schema_version="Unknown schema version")
-register(405, method_not_allowed="Method not allowed on this resource")
+register(404, {"not-found": "No such resource", "unknown-schema-version": "Unknown schema version"})
+register(405, {"method-not-allowed": "Method not allowed on this resource"})
 register(
     408,
-    body_timeout="The request body stopped arriving",
-    header_timeout="The request head did not arrive in time",
+    {
+        "body-timeout": "The request body stopped arriving",
+        "header-timeout": "The request head did not arrive in time",
+    },
 )
-register(409, unsupported_schema_major="The document's schema major version is not supported")
+register(409, {"unsupported-schema-major": "The document's schema major version is not supported"})
 register(
     413,
-    payload_too_large="The request body is over the size limit",
-    document_too_large="The document is over the JSON size limit",
-    document_too_many_nodes="The document has more nodes than the limit",
+    {
+        "payload-too-large": "The request body is over the size limit",
+        "document-too-large": "The document is over the JSON size limit",
+        "document-too-many-nodes": "The document has more nodes than the limit",
+    },
 )
-register(413, too_many_parts="The multipart body has more parts than the limit")
-register(415, unsupported_media_type="The request's media type is not accepted here")
-register(431, headers_too_large="The request head has too many or too long header fields")
-register(416, range_not_satisfiable="No requested byte range is inside the content")
-_RESOURCE_LIMITS = {
+register(413, {"too-many-parts": "The multipart body has more parts than the limit"})
+register(415, {"unsupported-media-type": "The request's media type is not accepted here"})
+register(431, {"headers-too-large": "The request head has too many or too long header fields"})
+register(416, {"range-not-satisfiable": "No requested byte range is inside the content"})
+_RESOURCE_LIMITS: set[ProblemCode] = {
     "archive-too-large",
     "archive-too-many-members",
     "archive-member-too-large",
@@ -76,134 +82,156 @@ for _code, _meaning in ARCHIVE_CODES.items():
     CATALOGUE[_code] = ProblemType(413 if _code in _RESOURCE_LIMITS else 422, _meaning.capitalize())
 register(
     422,
-    request_invalid="A request parameter is invalid",
-    schema_error="The document or description does not fit the schema",
-    invalid_document="The document does not match the schema",
-    invalid_description="The schema description cannot be read",
-    unknown_compatibility_mode="Unknown compatibility mode",
-    operator_not_in_release="The workers' torch release lacks an operator the program calls",
-    document_too_deep="The document nests deeper than the limit",
-    document_string_too_long="A string in the document is over the length limit",
-    document_number_too_long="A number in the document has too many digits",
-    unknown_model="The archive has no model of that name",
-    ambiguous_model="The archive has several models: name one",
-    unsafe_expression="A symbolic expression outside the safe grammar",
-    unsafe_guards_code="Guard code outside the safe grammar",
-    unsafe_treespec="A pytree spec that would import or build foreign types",
-    unsafe_target="A node target that torch would resolve to arbitrary Python",
-    unsafe_operator="An operator that reaches outside the graph (files, raw memory, native code)",
-    unsafe_format_string="A print format that reads attributes or items of its arguments",
-    unsafe_pickle="Pickled members, which are never loaded",
-    unsafe_custom_object="Custom (script) objects, which are pickles",
-    signature_mismatch="Graph inputs or outputs do not match the signature",
-    duplicate_value="A value is defined twice",
-    undefined_value="A value is used but never defined",
-    graph_cycle="The graph has a cycle",
-    missing_value_meta="A defined value has no metadata",
-    unknown_spec_value="A signature spec names an unknown value",
-    integer_out_of_range="An integer does not fit in 64 bits",
-    duplicate_tensor_name="Two tensors share a name",
-    invalid_digest="A digest is malformed",
-    invalid_tensor_view="A tensor view does not fit its storage",
-    tensor_symbolic="A stored tensor has a symbolic size",
-    weights_mismatch="The weights do not match the document's signature",
-    weights_missing="No weights were given for a document whose program has some",
-    tensor_data_invalid="Tensor bytes do not fit the tensor's meta",
-    tensors_duplicate_name="Two tensors share a name",
-    safetensors_invalid="The safetensors file cannot be read",
-    safetensors_unsupported_dtype="A dtype safetensors cannot carry",
-    bridge_unsupported_constant="A constant torch cannot carry without pickles",
-    bridge_unsupported_tensor="A tensor kind that cannot be carried as raw bytes",
-    document_invalid="torch's worker could not read the document",
-    torch_document_invalid="torch produced a document outside the schema",
-    torch_serialize_failed="torch could not serialize the program",
-    torch_deserialize_failed="torch could not build the program",
-    torch_save_failed="torch could not save the program",
-    worker_job_failed="torch failed on this program",
-    bad_module_stack="A node's module stack cannot be read",
-    graph_too_large="The graph is too large for this view",
-    invalid_depth="Invalid module depth",
-    invalid_stage_cost="Invalid stage cost",
-    invalid_stage_count="Invalid stage count",
-    supported_missing="Partitions need the supported operators named",
-    module_too_deep="The module tree is deeper than the limit",
-    unknown_shape="A weight has a symbolic size with no hint",
+    {
+        "request-invalid": "A request parameter is invalid",
+        "schema-error": "The document or description does not fit the schema",
+        "invalid-document": "The document does not match the schema",
+        "invalid-description": "The schema description cannot be read",
+        "unknown-compatibility-mode": "Unknown compatibility mode",
+        "operator-not-in-release": "The workers' torch release lacks an operator the program calls",
+        "document-too-deep": "The document nests deeper than the limit",
+        "document-string-too-long": "A string in the document is over the length limit",
+        "document-number-too-long": "A number in the document has too many digits",
+        "unknown-model": "The archive has no model of that name",
+        "ambiguous-model": "The archive has several models: name one",
+        "unsafe-expression": "A symbolic expression outside the safe grammar",
+        "unsafe-guards-code": "Guard code outside the safe grammar",
+        "unsafe-treespec": "A pytree spec that would import or build foreign types",
+        "unsafe-target": "A node target that torch would resolve to arbitrary Python",
+        "unsafe-operator": "An operator that reaches outside the graph (files, raw memory, "
+        "native code)",
+        "unsafe-format-string": "A print format that reads attributes or items of its arguments",
+        "unsafe-pickle": "Pickled members, which are never loaded",
+        "unsafe-custom-object": "Custom (script) objects, which are pickles",
+        "signature-mismatch": "Graph inputs or outputs do not match the signature",
+        "duplicate-value": "A value is defined twice",
+        "undefined-value": "A value is used but never defined",
+        "graph-cycle": "The graph has a cycle",
+        "missing-value-meta": "A defined value has no metadata",
+        "unknown-spec-value": "A signature spec names an unknown value",
+        "integer-out-of-range": "An integer does not fit in 64 bits",
+        "duplicate-tensor-name": "Two tensors share a name",
+        "invalid-digest": "A digest is malformed",
+        "invalid-tensor-view": "A tensor view does not fit its storage",
+        "tensor-symbolic": "A stored tensor has a symbolic size",
+        "weights-mismatch": "The weights do not match the document's signature",
+        "weights-missing": "No weights were given for a document whose program has some",
+        "tensor-data-invalid": "Tensor bytes do not fit the tensor's meta",
+        "tensors-duplicate-name": "Two tensors share a name",
+        "safetensors-invalid": "The safetensors file cannot be read",
+        "safetensors-unsupported-dtype": "A dtype safetensors cannot carry",
+        "bridge-unsupported-constant": "A constant torch cannot carry without pickles",
+        "bridge-unsupported-tensor": "A tensor kind that cannot be carried as raw bytes",
+        "document-invalid": "torch's worker could not read the document",
+        "torch-document-invalid": "torch produced a document outside the schema",
+        "torch-serialize-failed": "torch could not serialize the program",
+        "torch-deserialize-failed": "torch could not build the program",
+        "torch-save-failed": "torch could not save the program",
+        "worker-job-failed": "torch failed on this program",
+        "bad-module-stack": "A node's module stack cannot be read",
+        "graph-too-large": "The graph is too large for this view",
+        "invalid-depth": "Invalid module depth",
+        "invalid-stage-cost": "Invalid stage cost",
+        "invalid-stage-count": "Invalid stage count",
+        "supported-missing": "Partitions need the supported operators named",
+        "module-too-deep": "The module tree is deeper than the limit",
+        "unknown-shape": "A weight has a symbolic size with no hint",
+    },
 )
 register(
     503,
-    worker_crashed="The worker (torch or document) died while running this request",
-    worker_timeout="The worker (torch or document) ran past its time limit",
-    worker_out_of_memory="The worker (torch or document) ran out of memory",
-    worker_start_failed="A worker could not start",
-    worker_pool_closed="The worker pool is shutting down",
-    torch_unavailable="No torch worker is available",
-    service_busy="Too much work in flight and waiting: retry after Retry-After seconds",
-    server_stopping="The server stopped before this request was complete: retry it",
+    {
+        "worker-crashed": "The worker (torch or document) died while running this request",
+        "worker-timeout": "The worker (torch or document) ran past its time limit",
+        "worker-out-of-memory": "The worker (torch or document) ran out of memory",
+        "worker-start-failed": "A worker could not start",
+        "worker-pool-closed": "The worker pool is shutting down",
+        "torch-unavailable": "No torch worker is available",
+        "service-busy": "Too much work in flight and waiting: retry after Retry-After seconds",
+        "server-stopping": "The server stopped before this request was complete: retry it",
+    },
 )
 register(
     500,
-    internal_error="Internal error (a bug: please report it)",
-    worker_bad_job="A job could not be sent to a worker (a bug)",
+    {
+        "internal-error": "Internal error (a bug: please report it)",
+        "worker-bad-job": "A job could not be sent to a worker (a bug)",
+    },
 )
 
 register(
     404,
-    model_not_found="No model of that name",
-    version_not_found="The model has no version of that number",
-    alias_not_found="The model has no alias of that name",
-    tag_not_found="The version has no tag of that key",
-    blob_not_found="No live version refers to that blob",
-    version_deleted="The version was deleted",
+    {
+        "model-not-found": "No model of that name",
+        "version-not-found": "The model has no version of that number",
+        "alias-not-found": "The model has no alias of that name",
+        "tag-not-found": "The version has no tag of that key",
+        "blob-not-found": "No live version refers to that blob",
+        "version-deleted": "The version was deleted",
+    },
 )
 register(
     422,
-    invalid_name="A model name, alias, tag or reason is malformed",
-    invalid_program="The program is not valid (semantic validation or torch)",
+    {
+        "invalid-name": "A model name, alias, tag or reason is malformed",
+        "invalid-program": "The program is not valid (semantic validation or torch)",
+    },
 )
 register(
     422,
-    unknown_torch_release="No rules are shipped for that torch release",
-    release_archive_layout="That torch release's loader reads an archive layout (pickled weights) "
-    "this service does not write",
-    release_missing_operator="That torch release lacks an operator the program calls",
-    downgrade_refused="That torch release's schema cannot say what the document says",
+    {
+        "unknown-torch-release": "No rules are shipped for that torch release",
+        "release-archive-layout": "That torch release's loader reads an archive layout "
+        "(pickled weights) this service does not write",
+        "release-missing-operator": "That torch release lacks an operator the program calls",
+        "downgrade-refused": "That torch release's schema cannot say what the document says",
+    },
 )
-register(404, webhook_not_found="No webhook subscription of that id")
+register(404, {"webhook-not-found": "No webhook subscription of that id"})
 register(
     422,
-    invalid_webhook="A webhook URL or event kind is malformed",
-    webhook_destination_refused="A webhook URL's host is, or resolves only to, an address webhooks "
-    "may not reach (loopback, private, link-local, ...) under the operator's settings",
-    invalid_search="A search filter is malformed",
+    {
+        "invalid-webhook": "A webhook URL or event kind is malformed",
+        "webhook-destination-refused": "A webhook URL's host is, or resolves only to, an address "
+        "webhooks may not reach (loopback, private, link-local, ...) under the operator's "
+        "settings",
+        "invalid-search": "A search filter is malformed",
+    },
 )
-register(
-    503,
-    registry_unavailable="The registry's database or blob store cannot be used",
-)
+register(503, {"registry-unavailable": "The registry's database or blob store cannot be used"})
 
 register(
     401,
-    unauthenticated="Credentials are missing or not known (send Authorization: Bearer)",
-    token_expired="The bearer token has expired",
-    token_revoked="The bearer token was revoked",
+    {
+        "unauthenticated": "Credentials are missing or not known (send Authorization: Bearer)",
+        "token-expired": "The bearer token has expired",
+        "token-revoked": "The bearer token was revoked",
+    },
 )
 register(
     403,
-    forbidden="The caller lacks the permission this needs",
-    cross_origin_refused="A change sent by another site's page was refused",
-    alias_protected="The alias is protected: moving or removing it needs manage",
+    {
+        "forbidden": "The caller lacks the permission this needs",
+        "cross-origin-refused": "A change sent by another site's page was refused",
+        "alias-protected": "The alias is protected: moving or removing it needs manage",
+    },
 )
 register(
     404,
-    token_not_found="No token of that id",
-    permission_not_found="The principal has no grant on that model",
+    {
+        "token-not-found": "No token of that id",
+        "permission-not-found": "The principal has no grant on that model",
+    },
 )
-register(409, version_has_aliases="Aliases name the version: move them or detach them")
-register(422, quota_exceeded="The change would go over a quota")
+register(409, {"version-has-aliases": "Aliases name the version: move them or detach them"})
+register(422, {"quota-exceeded": "The change would go over a quota"})
 register(
     429,
-    rate_limited="Over a per-hour quota: retry after Retry-After seconds",
-    too_many_downloads="The client has as many downloads open as it may: retry after one ends",
+    {
+        "rate-limited": "Over a per-hour quota: retry after Retry-After seconds",
+        "too-many-downloads": "The client has as many downloads open as it may: retry after "
+        "one ends",
+    },
 )
 
 
@@ -229,14 +257,14 @@ class Problem(BaseModel):
 class ServiceError(Exception):
     """A failure at the HTTP layer, with a catalogued code."""
 
-    def __init__(self, code: str, detail: str, issues: list[Issue] | None = None) -> None:
+    def __init__(self, code: ProblemCode, detail: str, issues: list[Issue] | None = None) -> None:
         super().__init__(detail)
         self.code = code
         self.detail = detail
         self.issues = issues or []
 
 
-def problem(code: str, detail: str, issues: list[Issue] | None = None) -> Response:
+def problem(code: ProblemCode, detail: str, issues: list[Issue] | None = None) -> Response:
     """A problem+json response for a catalogued code."""
     kind = CATALOGUE[code]
     body: dict[str, Any] = {
@@ -250,7 +278,7 @@ def problem(code: str, detail: str, issues: list[Issue] | None = None) -> Respon
     return Response(orjson.dumps(body), status_code=kind.status, media_type=PROBLEM_MEDIA_TYPE)
 
 
-def problem_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+def problem_responses(*codes: ProblemCode) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` entries documenting the problems a route can answer with."""
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
@@ -283,7 +311,8 @@ async def _failure(_: Request, exc: Exception) -> Response:
 
 async def _schema_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, SchemaError)
-    return problem(exc.code, str(exc), getattr(exc, "issues", None))
+    # the schema package cannot import app's codes, so its codes arrive as plain strings
+    return problem(problem_code(exc.code), str(exc), getattr(exc, "issues", None))
 
 
 async def _request_invalid(_: Request, exc: Exception) -> Response:
@@ -299,7 +328,11 @@ async def _request_invalid(_: Request, exc: Exception) -> Response:
     return problem("request-invalid", "a request parameter is invalid", issues)
 
 
-_HTTP_CODES = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
+_HTTP_CODES: dict[int, ProblemCode] = {
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "payload-too-large",
+}
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from app.failure import ProblemCode
 from app.http.cycle import Cycle
 from app.http.problems import problem
 from app.settings import Settings
@@ -31,7 +32,7 @@ from app.settings import Settings
 #: How uvicorn names this class: the `http` argument of uvicorn.run.
 PROTOCOL = "app.http.protocol:DeadlineProtocol"
 #: the problems a late request head and a late body are answered with
-DEADLINE_CODES = ("header-timeout", "body-timeout")
+DEADLINE_CODES: tuple[ProblemCode, ProblemCode] = ("header-timeout", "body-timeout")
 _HEAD_CODE, _BODY_CODE = DEADLINE_CODES
 
 
@@ -215,7 +216,7 @@ class DeadlineProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
-    def _expired(self, code: str, detail: str) -> None:
+    def _expired(self, code: ProblemCode, detail: str) -> None:
         self._deadline = None
         if self.transport.is_closing():
             return

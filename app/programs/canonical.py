@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel
 
-from app.failure import Failure
+from app.failure import Failure, ProblemCode
 from app.programs.bounds import digit_runs
 from app.programs.graph import VALUE_MAPS, leaves, scope
 from app.programs.rename import copy_model, new_arm, renamed, with_field
@@ -96,7 +96,7 @@ class CanonicalFailure(Failure):
 # ---------------------------------------------------------------- one graph
 
 
-def _fail(code: str, issues: list[Issue]) -> CanonicalFailure:
+def _fail(code: ProblemCode, issues: list[Issue]) -> CanonicalFailure:
     first = issues[0]
     more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
     return CanonicalFailure(code, f"{first.path or '/'}: {first.message}{more}", issues)

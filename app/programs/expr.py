@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from app.failure import Failure
+from app.failure import Failure, ProblemCode
 from app.programs.expr_grammar import (
     ASSUMPTIONS,
     BINARY,
@@ -46,7 +46,7 @@ from app.programs.expr_grammar import (
 class UnsafeExpression(Failure):
     """An expression or guard outside the grammar torch writes; `position` is the offset."""
 
-    def __init__(self, code: str, text: str, reason: str, position: int) -> None:
+    def __init__(self, code: ProblemCode, text: str, reason: str, position: int) -> None:
         shown = text if len(text) <= 80 else text[:77] + "..."
         super().__init__(code, f"{reason} at offset {position} in {shown!r}")
         self.reason = reason
@@ -112,7 +112,7 @@ def _check(text: str, mode: Mode) -> Checked:
     if isinstance(verdict, Checked):
         return verdict
     reason, position = verdict
-    code = "unsafe-expression" if mode == "expression" else "unsafe-guards-code"
+    code: ProblemCode = "unsafe-expression" if mode == "expression" else "unsafe-guards-code"
     raise UnsafeExpression(code, text, reason, position)
 
 
@@ -195,7 +195,9 @@ class _Parser:
         return token
 
     def _refuse(self, reason: str, position: int) -> UnsafeExpression:
-        code = "unsafe-expression" if self.mode == "expression" else "unsafe-guards-code"
+        code: ProblemCode = (
+            "unsafe-expression" if self.mode == "expression" else "unsafe-guards-code"
+        )
         return UnsafeExpression(code, self.text, reason, position)
 
     def _enter(self, pos: int) -> None:

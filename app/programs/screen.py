@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 import schema
-from app.failure import Failure
+from app.failure import Failure, problem_code
 from app.programs import opset
 from app.programs.expr import UnsafeExpression, check_expression, check_guard
 from app.programs.findings import Finding, FindingList, Severity
@@ -140,7 +140,7 @@ def refuse_if_unsafe(findings: Sequence[Finding]) -> None:
         return
     first = errors[0]
     raise UnsafeProgram(
-        first.code,
+        problem_code(first.code),
         f"{len(errors)} unsafe construct(s); first at {first.path or '/'}: {first.message}",
         [schema.Issue(f.code, f.path, f.message) for f in findings],
     )

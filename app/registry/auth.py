@@ -39,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from app.failure import ProblemCode
 from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.db import Database, metadata, models, now, utc, versions
 from app.registry.errors import RegistryFailure, blob_not_found
@@ -116,7 +117,7 @@ def auth_configured(settings: Settings) -> bool:
 class AccessFailure(RegistryFailure):
     """Missing or insufficient credentials (401/403), with the headers the answer carries."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ProblemCode, message: str) -> None:
         super().__init__(code, message)
         self.headers = (
             {"WWW-Authenticate": 'Bearer realm="pt2serde"'} if code != "forbidden" else {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.archive.zipread import json_members_bytes
-from app.failure import Failure
+from app.failure import Failure, ProblemCode
 from app.operations import media_of
 from app.settings import Limits, MiB, Settings
 
@@ -38,7 +38,7 @@ class AdmissionFailure(Failure):
     """A request refused for now (`service-busy`): the process has more work in flight and
     waiting than its budget and queue allow."""
 
-    def __init__(self, code: str, message: str, retry_after_s: int) -> None:
+    def __init__(self, code: ProblemCode, message: str, retry_after_s: int) -> None:
         super().__init__(code, message)
         self.retry_after_s = retry_after_s
         #: what the HTTP layer adds to its answer (app.http.problems)

@@ -29,7 +29,7 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from app.failure import Failure, one_line
+from app.failure import Failure, ProblemCode, one_line
 from app.workers.clock import JobClock
 from app.workers.failures import WorkerFailure
 from app.workers.worker import Job, WorkerConfig, worker_main
@@ -234,7 +234,7 @@ class WorkerPool:
             else:
                 self._stop(worker, graceful=False)
 
-    def _fail(self, code: str, message: str) -> Failure:
+    def _fail(self, code: ProblemCode, message: str) -> Failure:
         return self.spec.failure(code, message)
 
     def _scaled(self, args: tuple[Any, ...]) -> float | None:

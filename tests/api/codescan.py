@@ -31,6 +31,10 @@ def _strings(node: ast.expr) -> list[str]:
     return []
 
 
+def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
 def _advisory(call: ast.Call) -> bool:
     """A finding added as info or warning is reported, never raised."""
     return len(call.args) > 1 and _strings(call.args[1]) in (["info"], ["warning"])
@@ -62,8 +66,8 @@ def raised_codes(client: bool = False) -> dict[str, set[str]]:
                     and any(isinstance(t, ast.Name) and t.id == "code" for t in stmt.targets)
                     for code in _strings(stmt.value)
                 ]
-            elif isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id.endswith("_CODES") for t in node.targets
+            elif isinstance(node, ast.Assign | ast.AnnAssign) and any(
+                isinstance(t, ast.Name) and t.id.endswith("_CODES") for t in _targets(node)
             ):
                 elts = node.value.elts if isinstance(node.value, ast.Tuple) else []
                 codes = [c for e in elts for c in _strings(e)]

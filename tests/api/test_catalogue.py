@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
+from app.cli.codes import CODES as CLIENT_CODES
+from app.failure import ProblemCode
 from app.http.problems import CATALOGUE
 from tests.api.codescan import raised_codes
 
@@ -24,3 +28,12 @@ def test_statuses_are_client_or_service_errors() -> None:
         "internal-error",
         "worker-bad-job",
     ]
+
+
+def test_problem_code_is_the_catalogue_and_the_client_codes() -> None:
+    """`ProblemCode`, which mypy checks every raised code against, lists exactly the documented
+    codes: the catalogue the service answers with and the CLI's own."""
+    members = get_args(ProblemCode)
+    assert len(members) == len(set(members))
+    assert set(members) == set(CATALOGUE) | set(CLIENT_CODES)
+    assert set(CATALOGUE).isdisjoint(CLIENT_CODES)
