@@ -1,5 +1,39 @@
-"""The root of every coded failure below the HTTP layer (archive, programs, bridge, registry), and
-the bridge's own, which both sides of the torch door raise."""
+"""The root of every coded failure below the HTTP layer (archive, programs, bridge, registry),
+the bridge's own (which both sides of the torch door raise), the codes failures carry, and the
+project's whole exception tree:
+
+    Exception
+    ├── Failure (app.failure)
+    │   ├── AdmissionFailure (app.workers.admission)
+    │   ├── ArchiveFailure (app.archive.errors)
+    │   ├── BridgeFailure (app.failure)
+    │   ├── CanonicalFailure (app.programs.canonical)
+    │   ├── ClientFailure (app.client)
+    │   ├── DigestFailure (app.programs.digest)
+    │   ├── InspectFailure (app.programs.inspect.common)
+    │   ├── OperationFailure (app.operations)
+    │   ├── PickleRefused (app.archive.pickle_symbols)
+    │   ├── RegistryFailure (app.registry.errors)
+    │   │   ├── AccessFailure (app.registry.auth)
+    │   │   └── RateLimited (app.registry.quotas)
+    │   ├── ReleaseFailure (app.programs.for_release)
+    │   ├── UnsafeExpression (app.programs.expr)
+    │   ├── UnsafeProgram (app.programs.screen)
+    │   └── WorkerFailure (app.workers.failures)
+    ├── SchemaError (schema.errors)
+    │   ├── DescriptionInvalid (schema.errors)
+    │   ├── DocumentInvalid (schema.errors)
+    │   ├── DowngradeRefused (schema.downgrade)
+    │   ├── UnknownMode (schema.compat)
+    │   ├── UnknownRelease (app.releases.rules)
+    │   ├── UnknownVersion (schema.errors)
+    │   └── UnsupportedMajor (schema.errors)
+    └── ServiceError (app.http.problems)
+
+`schema` raises only `SchemaError`s (it cannot import app); the HTTP layer's own failures are
+`ServiceError`s. Underscored exceptions, signals that never leave their module, are not drawn.
+A test keeps this drawing equal to the classes' real hierarchy.
+"""
 
 from __future__ import annotations
 
