@@ -125,7 +125,7 @@ class Device(Struct):
 
 
 class SymExprHintAsInt(Arm):
-    """SymExprHint arm."""
+    """The integer an int-valued expression took when it was traced."""
 
     #: shared between tensors (see `SymInts`), so never changed in place
     model_config = ConfigDict(frozen=True)
@@ -134,7 +134,7 @@ class SymExprHintAsInt(Arm):
 
 
 class SymExprHintAsBool(Arm):
-    """SymExprHint arm."""
+    """The boolean a bool-valued expression took when it was traced."""
 
     #: shared between tensors (see `SymInts`), so never changed in place
     model_config = ConfigDict(frozen=True)
@@ -143,7 +143,7 @@ class SymExprHintAsBool(Arm):
 
 
 class SymExprHintAsFloat(Arm):
-    """SymExprHint arm."""
+    """The float a float-valued expression took when it was traced."""
 
     #: shared between tensors (see `SymInts`), so never changed in place
     model_config = ConfigDict(frozen=True)
@@ -167,7 +167,7 @@ class SymExpr(Struct):
 
 
 class SymIntAsExpr(Arm):
-    """SymInt arm."""
+    """A symbolic size: an expression over the program's symbols."""
 
     #: shared between tensors (see `SymInts`), so never changed in place
     model_config = ConfigDict(frozen=True)
@@ -176,7 +176,7 @@ class SymIntAsExpr(Arm):
 
 
 class SymIntAsInt(Arm):
-    """SymInt arm."""
+    """A concrete size."""
 
     #: shared between tensors (see `SymInts`), so never changed in place
     model_config = ConfigDict(frozen=True)
@@ -196,13 +196,13 @@ SharedSymInt = Annotated[SymInt, WrapValidator(_SHARED.validate_one)]
 
 
 class SymFloatAsExpr(Arm):
-    """SymFloat arm."""
+    """A symbolic float: an expression over the program's symbols."""
 
     as_expr: Annotated[SymExpr, W(10, V8_2)]
 
 
 class SymFloatAsFloat(Arm):
-    """SymFloat arm."""
+    """A concrete float."""
 
     as_float: Annotated[WireFloat, W(20, V8_2)]
 
@@ -211,13 +211,13 @@ SymFloat = Annotated[SymFloatAsExpr | SymFloatAsFloat, OneOf("SymFloat", V8_2)]
 
 
 class SymBoolAsExpr(Arm):
-    """SymBool arm."""
+    """A symbolic boolean: an expression over the program's symbols."""
 
     as_expr: Annotated[SymExpr, W(10)]
 
 
 class SymBoolAsBool(Arm):
-    """SymBool arm."""
+    """A concrete boolean."""
 
     as_bool: Annotated[bool, W(20)]
 
@@ -241,13 +241,13 @@ class TensorMeta(Struct):
 
 
 class SymIntArgumentAsName(Arm):
-    """SymIntArgument arm."""
+    """A symbolic integer value of the graph, by name."""
 
     as_name: Annotated[str, W(10)]
 
 
 class SymIntArgumentAsInt(Arm):
-    """SymIntArgument arm."""
+    """An integer literal where a symbolic integer may stand."""
 
     as_int: Annotated[int, W(20)]
 
@@ -260,13 +260,13 @@ SymIntArgument = Annotated[SymIntArgumentAsName | SymIntArgumentAsInt, OneOf("Sy
 
 
 class SymFloatArgumentAsName(Arm):
-    """SymFloatArgument arm."""
+    """A symbolic float value of the graph, by name."""
 
     as_name: Annotated[str, W(10, V8_2)]
 
 
 class SymFloatArgumentAsFloat(Arm):
-    """SymFloatArgument arm."""
+    """A float literal where a symbolic float may stand."""
 
     as_float: Annotated[WireFloat, W(20, V8_2)]
 
@@ -277,13 +277,13 @@ SymFloatArgument = Annotated[
 
 
 class SymBoolArgumentAsName(Arm):
-    """SymBoolArgument arm."""
+    """A symbolic boolean value of the graph, by name."""
 
     as_name: Annotated[str, W(10)]
 
 
 class SymBoolArgumentAsBool(Arm):
-    """SymBoolArgument arm."""
+    """A boolean literal where a symbolic boolean may stand."""
 
     as_bool: Annotated[bool, W(20)]
 
@@ -309,13 +309,13 @@ class TokenArgument(Struct):
 
 
 class OptionalTensorArgumentAsTensor(Arm):
-    """OptionalTensorArgument arm."""
+    """A present optional tensor: a tensor value, by name."""
 
     as_tensor: Annotated[TensorArgument, W(20)]
 
 
 class OptionalTensorArgumentAsNone(Arm):
-    """OptionalTensorArgument arm."""
+    """An absent optional tensor; torch writes its flag as true."""
 
     as_none: Annotated[bool, W(10)]
 
@@ -684,31 +684,31 @@ class UserInputSpec(Struct):
 
 
 class ConstantValueAsNone(Arm):
-    """ConstantValue arm."""
+    """A ``None`` constant input; torch writes its flag as true."""
 
     as_none: Annotated[bool, W(10, V5_3)]
 
 
 class ConstantValueAsInt(Arm):
-    """ConstantValue arm."""
+    """An integer constant input."""
 
     as_int: Annotated[int, W(20, V5_3)]
 
 
 class ConstantValueAsFloat(Arm):
-    """ConstantValue arm."""
+    """A float constant input."""
 
     as_float: Annotated[WireFloat, W(30, V5_3)]
 
 
 class ConstantValueAsString(Arm):
-    """ConstantValue arm."""
+    """A string constant input."""
 
     as_string: Annotated[str, W(40, V5_3)]
 
 
 class ConstantValueAsBool(Arm):
-    """ConstantValue arm."""
+    """A boolean constant input."""
 
     as_bool: Annotated[bool, W(50, V5_3)]
 
@@ -770,43 +770,43 @@ class InputTokenSpec(Struct):
 
 
 class InputSpecUserInput(Arm):
-    """InputSpec arm."""
+    """A graph input the caller passes."""
 
     user_input: Annotated[UserInputSpec, W(10)]
 
 
 class InputSpecParameter(Arm):
-    """InputSpec arm."""
+    """A graph input bound to one of the module's parameters."""
 
     parameter: Annotated[InputToParameterSpec, W(20)]
 
 
 class InputSpecBuffer(Arm):
-    """InputSpec arm."""
+    """A graph input bound to one of the module's buffers."""
 
     buffer: Annotated[InputToBufferSpec, W(30)]
 
 
 class InputSpecTensorConstant(Arm):
-    """InputSpec arm."""
+    """A graph input bound to a lifted tensor constant."""
 
     tensor_constant: Annotated[InputToTensorConstantSpec, W(40)]
 
 
 class InputSpecCustomObj(Arm):
-    """InputSpec arm."""
+    """A graph input bound to a lifted script object."""
 
     custom_obj: Annotated[InputToCustomObjSpec, W(50)]
 
 
 class InputSpecToken(Arm):
-    """InputSpec arm."""
+    """A graph input that is an effect token."""
 
     token: Annotated[InputTokenSpec, W(70, V5_3)]
 
 
 class InputSpecConstantInput(Arm):
-    """InputSpec arm."""
+    """A graph input fixed to a constant value."""
 
     constant_input: Annotated[InputToConstantInputSpec, W(60, V5_3)]
 
@@ -881,49 +881,49 @@ class OutputTokenSpec(Struct):
 
 
 class OutputSpecUserOutput(Arm):
-    """OutputSpec arm."""
+    """A graph output the caller receives."""
 
     user_output: Annotated[UserOutputSpec, W(10)]
 
 
 class OutputSpecLossOutput(Arm):
-    """OutputSpec arm."""
+    """A graph output that is the loss (joint training graphs)."""
 
     loss_output: Annotated[LossOutputSpec, W(20)]
 
 
 class OutputSpecBufferMutation(Arm):
-    """OutputSpec arm."""
+    """A graph output written back to one of the module's buffers."""
 
     buffer_mutation: Annotated[BufferMutationSpec, W(30)]
 
 
 class OutputSpecGradientToParameter(Arm):
-    """OutputSpec arm."""
+    """A graph output that is the gradient of a parameter."""
 
     gradient_to_parameter: Annotated[GradientToParameterSpec, W(40)]
 
 
 class OutputSpecGradientToUserInput(Arm):
-    """OutputSpec arm."""
+    """A graph output that is the gradient of a user input."""
 
     gradient_to_user_input: Annotated[GradientToUserInputSpec, W(50)]
 
 
 class OutputSpecUserInputMutation(Arm):
-    """OutputSpec arm."""
+    """A graph output written back to a user input."""
 
     user_input_mutation: Annotated[UserInputMutationSpec, W(60)]
 
 
 class OutputSpecToken(Arm):
-    """OutputSpec arm."""
+    """A graph output that is an effect token."""
 
     token: Annotated[OutputTokenSpec, W(70, V5_3)]
 
 
 class OutputSpecParameterMutation(Arm):
-    """OutputSpec arm."""
+    """A graph output written back to one of the module's parameters."""
 
     parameter_mutation: Annotated[ParameterMutationSpec, W(80, V8_14)]
 
