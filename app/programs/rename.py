@@ -65,6 +65,7 @@ def _arm(arm: M, value: Any) -> M:
     return new_arm(type(arm), tag, value)
 
 
+#: Renames the values a model names: (model, old name -> new name) -> a copy, or the model itself.
 Renamer = Callable[[Any, dict[str, str]], Any]
 
 
