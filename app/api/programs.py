@@ -184,7 +184,8 @@ def deserialize(
         200: {
             "content": {"application/json": {"schema": DOCUMENT_BODY}},
             "description": "The canonical document's bytes; digests in X-Graph-Digest, "
-            "X-Weights-Digest, X-Program-Digest and the ETag",
+            "X-Weights-Digest, X-Program-Digest and the ETag (a JSON document, which holds no "
+            "weights: X-Graph-Digest and the ETag only)",
         },
         **problem_responses(*READ_PROBLEMS, "graph-cycle", *WORK_PROBLEMS),
     },
@@ -195,18 +196,20 @@ def canonicalize(
     output: OutputDep,
     model: str | None = None,
 ) -> Response:
-    """An archive or a document -> its canonical bytes, with the digests as headers."""
-    _, digests = program.run(jobs.job_canonical, _program(program), settings, model, output)
-    return FileResponse(
-        output,
-        media_type="application/json",
-        headers={
+    """An archive or a document -> its canonical bytes, with the digests as headers. A JSON
+    document holds no weights: it gets the graph digest alone (its ETag too)."""
+    upload = _program(program)
+    _, digests = program.run(jobs.job_canonical, upload, settings, model, output)
+    if upload.media != "zip":
+        headers = {"X-Graph-Digest": digests.graph, "ETag": f'"{digests.graph}"'}
+    else:
+        headers = {
             "X-Graph-Digest": digests.graph,
             "X-Weights-Digest": digests.weights,
             "X-Program-Digest": digests.program,
             "ETag": f'"{digests.program}"',
-        },
-    )
+        }
+    return FileResponse(output, media_type="application/json", headers=headers)
 
 
 @router.post(

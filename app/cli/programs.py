@@ -108,12 +108,18 @@ def _canonicalize(args: argparse.Namespace) -> int:
         result = ops.canonical(opened, settings, args.model)
     if args.output:
         write_output(args.output, result.data)
+    # a document alone holds no weights: a weights digest would be the empty set's, the same
+    # for every model, and the program digest would claim weights it never saw
+    held = opened.archive is not None
     digests = {
         "graph": result.digests.graph,
-        "weights": result.digests.weights,
-        "program": result.digests.program,
+        "weights": result.digests.weights if held else None,
+        "program": result.digests.program if held else None,
     }
-    human = "\n".join(f"{k:8} {v}" for k, v in digests.items())
+    human = "\n".join(
+        f"{k:8} {v or 'none: a JSON document holds no weights (hash its .pt2 for them)'}"
+        for k, v in digests.items()
+    )
     if args.output != "-":
         emit(args, {"model": result.model, "digests": digests}, human)
     return EXIT_OK

@@ -89,6 +89,10 @@ def test_canonicalize_equals_library(
     assert answer.headers["x-program-digest"] == expected.digests.program
     document = client.post("/v1/canonicalize", content=torch_json_of(archives[name]), headers=JSON)
     assert document.headers["x-graph-digest"] == expected.digests.graph
+    # a document holds no weights: no weights or program digest, the ETag is its graph's
+    assert "x-weights-digest" not in document.headers
+    assert "x-program-digest" not in document.headers
+    assert document.headers["etag"] == f'"{expected.digests.graph}"'
 
 
 def torch_json_of(archive: bytes) -> bytes:

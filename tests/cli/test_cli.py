@@ -77,6 +77,21 @@ def test_canonicalize_and_hash_agree_with_library(files: Path) -> None:
     assert f"program  {expected.digests.program}" in hashed.stdout
 
 
+def test_hash_of_a_document_says_it_holds_no_weights(files: Path) -> None:
+    """A JSON document holds no weights: no weights or program digest (they were the empty
+    set's, the same for every model), only its graph's."""
+    settings = Settings()
+    with ops.open_source(files / "conv.json", "json", settings) as source:
+        expected = ops.canonical(source, settings)
+    hashed = run("hash", "conv.json", "--json", cwd=files)
+    assert hashed.returncode == 0, hashed.stderr
+    digests = orjson.loads(hashed.stdout)["digests"]
+    assert digests == {"graph": expected.digests.graph, "weights": None, "program": None}
+    human = run("hash", "conv.json", cwd=files).stdout.splitlines()
+    assert human[0] == f"graph    {expected.digests.graph}"
+    assert human[1].startswith("weights  none: a JSON document holds no weights")
+
+
 def test_validate_levels(files: Path) -> None:
     ok = run("validate", "conv.pt2", "--json", cwd=files)
     assert ok.returncode == 0, ok.stderr
