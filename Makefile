@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install fuzz opset releases releases-rules
+.PHONY: run test lint openapi bench install fuzz opset releases releases-rules screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
+
+# The README's UI screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
+screenshots: $(STAMP)
+	PT2SERDE_SCREENSHOTS=tests/ui/screenshots $(BIN)/pytest -q tests/ui/test_ui.py
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json

@@ -2,7 +2,9 @@
 with a registry holding real exported programs (a tiny BERT, a model with torch.cond, and two
 versions of a small model that differ by one added layer).
 
-Every page is loaded and checked for console errors; screenshots go to tests/ui/screenshots/.
+Every page is loaded and checked for console errors; screenshots go to pytest's temporary
+directory, or to $PT2SERDE_SCREENSHOTS when set (`make screenshots` rewrites the README's images
+in tests/ui/screenshots/ so).
 The 50,000-node timing runs the graph page on a graph answer of that size (a real BERT's graph
 repeated), so that it measures the browser. The server's part is a file: a stored version's
 answer is built once, after its push (`test_graph_answer_built_at_push`), and a stored graph's
@@ -13,6 +15,7 @@ first view is timed from navigation on (`test_stored_graph_end_to_end`); bench/R
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -33,7 +36,6 @@ from tests.api.conftest import Server, start_server, stop_server
 from tests.realzoo import VOCAB, tiny_hf_model
 
 CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = Path(__file__).parent / "screenshots"
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -109,9 +111,18 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where screenshots and timings go: $PT2SERDE_SCREENSHOTS, else a temporary directory, so
+    that a test run never rewrites the tracked images the README shows."""
+    chosen = os.environ.get("PT2SERDE_SCREENSHOTS")
+    folder = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Debian Chromium (no browser download)."""
-    SHOTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
@@ -123,9 +134,10 @@ def browser() -> Iterator[Any]:
 class Page:
     """A browser page that records console errors and uncaught exceptions."""
 
-    def __init__(self, browser: Any, server: Server) -> None:
+    def __init__(self, browser: Any, server: Server, shots: Path) -> None:
         self.page = browser.new_page(viewport={"width": 1400, "height": 900})
         self.url = server.url
+        self.shots = shots
         self.errors: list[str] = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
@@ -138,7 +150,7 @@ class Page:
 
     def shot(self, name: str, full_page: bool = False) -> None:
         """Save a screenshot of the window (or of the whole page)."""
-        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
+        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
 
     def close(self) -> None:
         """Close the page, failing on any console error it logged."""
@@ -147,9 +159,9 @@ class Page:
 
 
 @pytest.fixture
-def page(browser: Any, server: Server) -> Iterator[Page]:
+def page(browser: Any, server: Server, shots: Path) -> Iterator[Page]:
     """A fresh page; the test fails if the page logged an error."""
-    opened = Page(browser, server)
+    opened = Page(browser, server, shots)
     yield opened
     opened.close()
 
@@ -305,7 +317,7 @@ def test_stored_graph_end_to_end(page: Page) -> None:
         "first_view_from_navigation_ms": round(marks["graph-first-view"]),
         "answer_fetch_ms": round(marks["graph-received"] - marks["graph-start"]),
     }
-    (SHOTS / "timings-stored.json").write_text(json.dumps(figures, indent=1))
+    (page.shots / "timings-stored.json").write_text(json.dumps(figures, indent=1))
     assert marks["graph-first-view"] < FIRST_VIEW_MS * SLACK, figures
 
 
@@ -493,14 +505,14 @@ def test_large_graph_timing(page: Page, server: Server) -> None:
         "expand_module_ms": round(one, 1),
         "search_reveal_ms": round(found),
     }
-    (SHOTS / "timings.json").write_text(json.dumps(figures, indent=1))
+    (page.shots / "timings.json").write_text(json.dumps(figures, indent=1))
     page.shot("graph-50k")
     assert first < FIRST_VIEW_MS * SLACK, figures
     assert max(layers, one) < EXPAND_MS * SLACK, figures
 
 
-def test_screenshots_written() -> None:
+def test_screenshots_written(shots: Path) -> None:
     """The pages' screenshots are there for a person to look at (README shows two)."""
     assert shutil.which("chromium") or CHROMIUM.exists()
     for name in ("models", "model", "version", "graph", "diff", "diff-files", "schema", "try"):
-        assert (SHOTS / f"{name}.png").stat().st_size > 1000
+        assert (shots / f"{name}.png").stat().st_size > 1000
