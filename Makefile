@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint openapi bench install fuzz opset releases releases-rules screenshots
+.PHONY: run test check lint openapi bench install fuzz opset releases releases-rules screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,13 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
+
+# The fast lane: lint and the tests that need no process besides pytest's own (no server, worker
+# pool, browser, PostgreSQL or SeaweedFS) and are not heavy; tests/conftest.py marks them from
+# the fixtures and helpers they use (docs/architecture.md, "Tests").
+FAST_LANE := not (server or worker_pool or browser or postgres or s3 or heavy)
+check: lint
+	$(BIN)/pytest -q -m "$(FAST_LANE)"
 
 # The README's UI screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
 screenshots: $(STAMP)

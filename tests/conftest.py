@@ -1,12 +1,17 @@
-"""Shared fixtures: the zoo of real exported programs, torch's documents, the schema history."""
+"""Shared fixtures (the zoo of real exported programs, torch's documents, the schema history) and
+the test lanes: each test's markers, set from what it uses, and the guards that keep them true."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from app.workers.pool import WorkerPool
 from bench.zoo import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
 
 if TYPE_CHECKING:
@@ -14,6 +19,146 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "tests" / "data" / "torch-schema-history"
+
+
+#: What a test needs besides pytest's own process, read from the shared fixtures it uses
+#: (`fixturenames` holds the fixtures they use in turn): each lane marker and its fixtures.
+LANE_FIXTURES: dict[str, frozenset[str]] = {
+    "server": frozenset({"server"}),
+    "worker_pool": frozenset({"documents", "bare"}),
+    "browser": frozenset({"browser"}),
+    "postgres": frozenset({"postgres"}),
+    "s3": frozenset({"seaweed"}),
+}
+#: The helpers that start a server process, a worker pool or a browser, by the names tests import
+#: them as: a module that imports one, or calls one (in a script it runs in a child interpreter),
+#: is marked as a whole, since a helper called in a test body or in a module's own fixture is no
+#: fixture name the item shows.
+LANE_HELPERS: dict[str, frozenset[str]] = {
+    "server": frozenset(
+        {"start_server", "start_registry_server", "start_replicas", "start_audited_server"}
+    ),
+    # create_app: the app starts its pools on a request's first job (TestClient tests)
+    "worker_pool": frozenset(
+        {"WorkerPool", "TorchPool", "DocumentRunner", "LazyPool", "create_app"}
+    ),
+    "browser": frozenset({"sync_api", "sync_playwright"}),
+}
+#: Test modules too long for the fast lane that no helper or fixture above shows, and why.
+HEAVY: dict[str, str] = {
+    "tests/bench/test_bench_smoke.py": "runs `python -m bench --smoke`: servers and worker pools",
+}
+#: The tests `make check` runs: none that carries a lane marker (tests/test_lane.py holds the
+#: Makefile, docs/architecture.md and the registered markers to this).
+FAST_LANE = "not (server or worker_pool or browser or postgres or s3 or heavy)"
+
+
+def _origin(value: object) -> str:
+    """The module a function, class or module imported into a test module comes from."""
+    origin = getattr(value, "__name__", "") if isinstance(value, ModuleType) else None
+    if origin is None:
+        origin = getattr(value, "__module__", "")
+    return origin if isinstance(origin, str) else ""
+
+
+def _module_lanes(module: ModuleType) -> set[str]:
+    """The lanes a test module's imported or called helpers put all its tests in."""
+    ours = ("app.", "tests.", "playwright.")
+    names = {name for name, value in vars(module).items() if _origin(value).startswith(ours)}
+    text = Path(str(module.__file__)).read_text()
+    return {
+        lane
+        for lane, helpers in LANE_HELPERS.items()
+        if names & helpers or any(f"{helper}(" in text for helper in helpers)
+    }
+
+
+def _backend_lanes(item: pytest.Item) -> set[str]:
+    """The services a registry backend parameter ("postgresql-s3", ...) needs: `make_backend`
+    asks for them with getfixturevalue, so no fixture name shows them."""
+    callspec = getattr(item, "callspec", None)
+    values = [v for v in callspec.params.values() if isinstance(v, str)] if callspec else []
+    lanes = {"postgres" for v in values if v.startswith("postgresql")}
+    return lanes | {"s3" for v in values if v.endswith("-s3")}
+
+
+def lanes_of(item: pytest.Item, modules: dict[str, set[str]]) -> set[str]:
+    """The lane markers a test needs (see LANE_FIXTURES, LANE_HELPERS); `modules` caches each
+    module's."""
+    module = getattr(item, "module", None)
+    lanes: set[str] = set()
+    if module is not None:
+        if module.__name__ not in modules:
+            modules[module.__name__] = _module_lanes(module)
+        lanes = set(modules[module.__name__])
+    used = set(getattr(item, "fixturenames", ()))
+    lanes |= {lane for lane, fixtures in LANE_FIXTURES.items() if used & fixtures}
+    if Path(str(item.path)).relative_to(ROOT).as_posix() in HEAVY:
+        lanes.add("heavy")
+    return lanes | _backend_lanes(item)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with the lanes it needs, so that `make check` can leave out whatever
+    needs a process besides pytest's own."""
+    modules: dict[str, set[str]] = {}
+    for item in items:
+        for lane in sorted(lanes_of(item, modules)):
+            item.add_marker(lane)
+
+
+#: The test whose setup, call or teardown runs now (a stack: pytest runs one at a time).
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Remember the running test, for the worker pool guard."""
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+def _require(lane: str, what: str) -> None:
+    """Fail the running test unless it carries `lane`'s marker: without it, the test would slow
+    the fast lane unseen, so the helper lists above are kept current by this failure."""
+    if _running and _running[-1].get_closest_marker(lane) is None:
+        raise AssertionError(
+            f"{_running[-1].nodeid} {what} but is not marked {lane}: name the helper it does it "
+            "with in tests/conftest.py's LANE_HELPERS"
+        )
+
+
+def _guarded_pool(start: Callable[..., None]) -> Callable[..., None]:
+    """WorkerPool.__init__, failing in a test not marked worker_pool."""
+
+    def __init__(self: WorkerPool, *args: Any, **kwargs: Any) -> None:
+        _require("worker_pool", "starts a worker pool")
+        start(self, *args, **kwargs)
+
+    return __init__
+
+
+def _guarded_popen(start: Callable[..., None]) -> Callable[..., None]:
+    """subprocess.Popen.__init__, failing in a test not marked server when it starts the service
+    (start_server, whatever its command, gives the service its port in PT2SERDE_PORT)."""
+
+    def __init__(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        if "PT2SERDE_PORT" in (kwargs.get("env") or {}):
+            _require("server", "starts the service")
+        start(self, *args, **kwargs)
+
+    return __init__
+
+
+def pytest_configure() -> None:
+    """Guard the starts of a worker pool and of the service (see _require)."""
+    WorkerPool.__init__ = _guarded_pool(WorkerPool.__init__)  # type: ignore[method-assign]
+    subprocess.Popen.__init__ = _guarded_popen(  # type: ignore[method-assign]
+        subprocess.Popen.__init__
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
