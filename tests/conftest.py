@@ -44,9 +44,16 @@ LANE_HELPERS: dict[str, frozenset[str]] = {
     ),
     "browser": frozenset({"sync_api", "sync_playwright"}),
 }
-#: Test modules too long for the fast lane that no helper or fixture above shows, and why.
+#: Tests too long for the fast lane that no helper or fixture above shows (a module's path, or a
+#: test's path::name for all its parameters), and why: each took over 15 s in the fast lane.
 HEAVY: dict[str, str] = {
     "tests/bench/test_bench_smoke.py": "runs `python -m bench --smoke`: servers and worker pools",
+    "tests/bench/test_isolate.py": "a zygote process that imports torch, forking a child a job",
+    "tests/bridge/test_differential.py": "torch's checks on mutants, in a process of their own",
+    "tests/test_packaging.py": "builds the wheel and sdist and installs them in fresh venvs",
+    "tests/registry/test_blobs.py::test_gc_racing_pushes_of_the_same_tensors": (
+        "pushes race gc over and over (48 s)"
+    ),
 }
 #: The tests `make check` runs: none that carries a lane marker (tests/test_lane.py holds the
 #: Makefile, docs/architecture.md and the registered markers to this).
@@ -93,7 +100,7 @@ def lanes_of(item: pytest.Item, modules: dict[str, set[str]]) -> set[str]:
         lanes = set(modules[module.__name__])
     used = set(getattr(item, "fixturenames", ()))
     lanes |= {lane for lane, fixtures in LANE_FIXTURES.items() if used & fixtures}
-    if Path(str(item.path)).relative_to(ROOT).as_posix() in HEAVY:
+    if {item.nodeid.partition("::")[0], item.nodeid.partition("[")[0]} & HEAVY.keys():
         lanes.add("heavy")
     return lanes | _backend_lanes(item)
 
