@@ -45,14 +45,36 @@ LANE_HELPERS: dict[str, frozenset[str]] = {
     "browser": frozenset({"sync_api", "sync_playwright"}),
 }
 #: Tests too long for the fast lane that no helper or fixture above shows (a module's path, or a
-#: test's path::name for all its parameters), and why: each took over 15 s in the fast lane.
+#: test's path::name for all its parameters), and why; each took over 5 s of the fast lane on a
+#: quiet 2-core machine, most of it a child interpreter importing torch.
 HEAVY: dict[str, str] = {
     "tests/bench/test_bench_smoke.py": "runs `python -m bench --smoke`: servers and worker pools",
     "tests/bench/test_isolate.py": "a zygote process that imports torch, forking a child a job",
     "tests/bridge/test_differential.py": "torch's checks on mutants, in a process of their own",
     "tests/test_packaging.py": "builds the wheel and sdist and installs them in fresh venvs",
     "tests/registry/test_blobs.py::test_gc_racing_pushes_of_the_same_tensors": (
-        "pushes race gc over and over (48 s)"
+        "pushes race gc over and over"
+    ),
+    "tests/registry/test_served.py::test_unproven_sample_inputs_are_left_out_and_nothing_runs": (
+        "loads what is served with torch in a fresh process, per decoy"
+    ),
+    "tests/test_hostile.py::test_deserialize_writes_no_sample_inputs": (
+        "loads each deserialized archive with torch in a fresh process"
+    ),
+    "tests/bridge/test_release_rules_current.py": "dumps the release rules in a fresh process",
+    "tests/cli/test_cli.py::test_validate_levels": "the command at each level, torch's included",
+    "tests/cli/test_cli.py::test_serialize_then_deserialize": "the command there and back",
+    "tests/progs/test_canonical.py::test_graph_digest_is_the_same_in_another_process": (
+        "a second interpreter with torch"
+    ),
+    "tests/cli/test_for_torch.py::test_the_archive_for_an_older_release": (
+        "the command, then torch loads its archive"
+    ),
+    "tests/test_zoo.py::test_custom_op_archive_loads_in_fresh_process": (
+        "a fresh interpreter with torch"
+    ),
+    "tests/test_zip_differential.py::test_torch_reads_the_hidden_directory_and_runs_its_pickle": (
+        "torch loads the archive in a fresh process"
     ),
 }
 #: The tests `make check` runs: none that carries a lane marker (tests/test_lane.py holds the
