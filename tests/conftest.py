@@ -45,8 +45,8 @@ LANE_HELPERS: dict[str, frozenset[str]] = {
     "browser": frozenset({"sync_api", "sync_playwright"}),
 }
 #: Tests too long for the fast lane that no helper or fixture above shows (a module's path, or a
-#: test's path::name for all its parameters), and why; each took over 5 s of the fast lane on a
-#: quiet 2-core machine, most of it a child interpreter importing torch.
+#: test's path::name for all its parameters), and why; each took 3 s or more of the fast lane on
+#: a quiet 2-core machine, most of it a child interpreter importing torch.
 HEAVY: dict[str, str] = {
     "tests/bench/test_bench_smoke.py": "runs `python -m bench --smoke`: servers and worker pools",
     "tests/bench/test_isolate.py": "a zygote process that imports torch, forking a child a job",
@@ -72,6 +72,18 @@ HEAVY: dict[str, str] = {
     ),
     "tests/test_zoo.py::test_custom_op_archive_loads_in_fresh_process": (
         "a fresh interpreter with torch"
+    ),
+    "tests/registry/test_served.py::test_proven_sample_inputs_are_kept_and_served": (
+        "torch loads what is served in a fresh process"
+    ),
+    "tests/api/test_inspect_api.py::test_cli_inspect": "the command in child interpreters",
+    "tests/progs/test_expr.py::test_live_exports_are_accepted_and_agree_with_sympy": (
+        "exports programs with torch"
+    ),
+    "tests/test_layers.py::test_service_and_cli_start_without_torch": "child interpreters",
+    "tests/archive/test_torch_save_zip.py::"
+    "test_files_torch_reads_otherwise_are_unproven_and_torch_does_not_load_them": (
+        "torch's weights_only loader on every case"
     ),
     "tests/test_zip_differential.py::test_torch_reads_the_hidden_directory_and_runs_its_pickle": (
         "torch loads the archive in a fresh process"
