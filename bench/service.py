@@ -88,8 +88,13 @@ ENDPOINTS = (
         "/v1/canonicalize",
         "/v1/canonicalize",
         library_canonical,
-        lambda canonical: (canonical.data, canonical.digests.program),
-        lambda headers, body: (body, headers.get("x-program-digest")),
+        # a JSON document holds no weights: the service gives its graph digest alone
+        lambda canonical: (canonical.data, canonical.digests.graph, None),
+        lambda headers, body: (
+            body,
+            headers.get("x-graph-digest"),
+            headers.get("x-program-digest"),
+        ),
     ),
 )
 

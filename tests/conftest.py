@@ -107,11 +107,16 @@ def _module_lanes(module: ModuleType) -> set[str]:
     ours = ("app.", "tests.", "playwright.")
     names = {name for name, value in vars(module).items() if _origin(value).startswith(ours)}
     text = Path(str(module.__file__)).read_text()
-    return {
+    lanes = {
         lane
         for lane, helpers in LANE_HELPERS.items()
         if names & helpers or any(f"{helper}(" in text for helper in helpers)
     }
+    # the CLI run in-process starts the pools its command needs (serialize, validate at level
+    # torch, deserialize), as the service does
+    if any(_origin(value) == "app.cli" for value in vars(module).values()):
+        lanes.add("worker_pool")
+    return lanes
 
 
 def _backend_lanes(item: pytest.Item) -> set[str]:
