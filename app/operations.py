@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -23,6 +23,7 @@ from pydantic import BaseModel
 import schema
 from app.archive import Archive, ManifestEntry, manifest, open_archive
 from app.archive.pickles import check_torch_save
+from app.archive.tensors import dtype_name
 from app.failure import Failure, problem_code
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
@@ -43,7 +44,6 @@ from app.releases import lacking, lacking_target, releases, rules, running
 from app.settings import Settings
 from app.tensors.safetensors_io import StoredTensor, write_safetensors
 from app.tensors.sources import TensorSource
-from schema.dtypes import DTYPE_NAMES
 
 Media = Literal["zip", "json"]
 
@@ -328,67 +328,98 @@ def _weights_digest(source: Source, model: str) -> str:
     return weights_digest(tensor_digests(source, model).items())
 
 
-@dataclass(frozen=True)
-class TensorSummary:
-    """A tensor an archive stores: its view, the size and sha256 of its storage bytes, and the
-    tagged digest of view and bytes that the weights digest is built from."""
+class TensorSummary(BaseModel):
+    """A tensor an archive stores: its view, the size and sha256 of its storage bytes (as
+    `sha256sum` of the archive member gives), and the tagged digest of view and bytes that the
+    weights digest is built from (`app.programs.digest`)."""
 
     name: str
     dtype: str
     shape: list[int]
     strides: list[int]
     storage_offset: int
-    nbytes: int
+    bytes: int
     sha256: str
     digest: str
 
 
-def tensor_summaries(source: Source, model: str | None = None) -> list[TensorSummary]:
-    """Each tensor the model's archive stores (by FQN, in name order), its bytes read once. A
-    bare document stores none; pickled tensors are left out."""
+@dataclass(frozen=True)
+class _StoredView:
+    """A non-pickled tensor of the model's archive, its view as ints."""
+
+    fqn: str
+    #: its name among the archive's tensors
+    key: str
+    dtype: schema.ScalarType
+    sizes: list[int]
+    strides: list[int]
+    offset: int
+
+
+def _stored_views(source: Source, model: str | None) -> Iterator[tuple[Archive, _StoredView]]:
+    """Each tensor the model's archive stores, by FQN in name order. A bare document stores
+    none; pickled tensors are left out."""
     archive = source.archive
-    model = source.model(model)
-    found: list[TensorSummary] = []
     if archive is None:
-        return found
-    for fqn, full in sorted(source.tensor_names(model).items()):
+        return
+    for fqn, full in sorted(source.tensor_names(source.model(model)).items()):
         entry = archive.tensors[full]
         if entry.use_pickle or entry.meta is None:
             continue
         meta = entry.meta
-        sizes = [_concrete(s) for s in meta.sizes]
-        strides = [_concrete(s) for s in meta.strides]
-        offset = _concrete(meta.storage_offset)
-        raw = _Hashed(archive.iter_tensor(full))
-        digest = tensor_digest(int(meta.dtype), sizes, strides, offset, raw)
-        dtype = DTYPE_NAMES.get(meta.dtype, meta.dtype.name.lower())
-        found.append(
-            TensorSummary(
-                fqn, dtype, sizes, strides, offset, raw.nbytes, raw.sha256.hexdigest(), digest
-            )
+        yield (
+            archive,
+            _StoredView(
+                fqn,
+                full,
+                meta.dtype,
+                [_concrete(s) for s in meta.sizes],
+                [_concrete(s) for s in meta.strides],
+                _concrete(meta.storage_offset),
+            ),
         )
-    return found
 
 
-class _Hashed:
-    """Chunks passed on as they are, their sha256 and size taken on the way (one read)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self.chunks = chunks
-        self.sha256 = hashlib.sha256()
-        self.nbytes = 0
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self.chunks:
-            self.sha256.update(chunk)
-            self.nbytes += len(chunk)
-            yield chunk
+def _digest_of(view: _StoredView, chunks: Iterable[bytes]) -> str:
+    return tensor_digest(int(view.dtype), view.sizes, view.strides, view.offset, chunks)
 
 
 def tensor_digests(source: Source, model: str | None = None) -> dict[str, str]:
     """The digest of each tensor the model's archive stores, by FQN in name order: what its
     weights digest is built from."""
-    return {t.name: t.digest for t in tensor_summaries(source, model)}
+    return {
+        view.fqn: _digest_of(view, archive.iter_tensor(view.key))
+        for archive, view in _stored_views(source, model)
+    }
+
+
+def tensor_summaries(source: Source, model: str | None = None) -> list[TensorSummary]:
+    """`tensor_digests` with each tensor's dtype, shape and bytes, and the sha256 of its bytes
+    taken in the same read (not in `tensor_digests`: canonicalize and push need no raw sha256)."""
+    found: list[TensorSummary] = []
+    for archive, view in _stored_views(source, model):
+        raw = hashlib.sha256()
+        digest = _digest_of(view, _hashing(archive.iter_tensor(view.key), raw.update))
+        found.append(
+            TensorSummary(
+                name=view.fqn,
+                dtype=dtype_name(view.dtype),
+                shape=view.sizes,
+                strides=view.strides,
+                storage_offset=view.offset,
+                bytes=archive.tensors[view.key].size,
+                sha256=raw.hexdigest(),
+                digest=digest,
+            )
+        )
+    return found
+
+
+def _hashing(chunks: Iterator[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
+    """The chunks as they are, each fed to `update` on the way."""
+    for chunk in chunks:
+        update(chunk)
+        yield chunk
 
 
 def _concrete(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int:

@@ -133,27 +133,12 @@ async def version_inspect(
     return await on_stored(http, (stored.digest, "inspect", request), [stored], job, shaped)
 
 
-class TensorEntry(BaseModel):
-    """A stored tensor: its view, the size and sha256 of its storage bytes (as `sha256sum` of
-    the archive member gives), and the digest of view and bytes its weights digest is built
-    from (`app.programs.digest`)."""
-
-    name: str
-    dtype: str
-    shape: list[int]
-    strides: list[int]
-    storage_offset: int
-    bytes: int
-    sha256: str
-    digest: str
-
-
 @router.get(
     "/models/{name}/versions/{ref}/tensors",
-    response_model=list[TensorEntry],
+    response_model=list[ops.TensorSummary],
     responses=problem_responses(*_VERSION_PROBLEMS),
 )
-async def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[TensorEntry]:
+async def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[ops.TensorSummary]:
     """Each tensor a stored version holds, by name: dtype, shape, bytes and sha256, and the
     digest its weights digest is built from."""
 
@@ -161,19 +146,7 @@ async def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[Te
         with registry.source(name, ref) as (info, source):
             return ops.tensor_summaries(source, info.archive_model)
 
-    return [
-        TensorEntry(
-            name=t.name,
-            dtype=t.dtype,
-            shape=t.shape,
-            strides=t.strides,
-            storage_offset=t.storage_offset,
-            bytes=t.nbytes,
-            sha256=t.sha256,
-            digest=t.digest,
-        )
-        for t in await run_sync(summaries)
-    ]
+    return await run_sync(summaries)
 
 
 @router.get(
