@@ -389,6 +389,17 @@ def stop_registry_server(server: Server) -> None:
     shutil.rmtree(server.tmp, ignore_errors=True)
 
 
+def push_exported(server: Server, name: str, program: Any) -> None:
+    """Push an ExportedProgram, as `torch.export.save` writes it, as a new version of `name`."""
+    with server.client() as client:
+        pushed = client.post(
+            f"/v1/models/{name}/versions",
+            content=archive_bytes(program),
+            headers={"Content-Type": "application/zip"},
+        )
+    assert pushed.status_code == 201, pushed.text
+
+
 def warm(server: Server) -> None:
     """Start the server's torch workers so that pushes take their usual time."""
     with server.client() as client:

@@ -5,7 +5,6 @@ downloads (429 too-many-downloads with Retry-After past it, a slot again once on
 from __future__ import annotations
 
 import contextlib
-import io
 import socket
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import torch
 from tests.registry.conftest import (
     RegistryServer,
     make_backend,
+    push_exported,
     start_registry_server,
     stop_registry_server,
     warm,
@@ -40,16 +40,9 @@ def served(
     server = start_registry_server(backend, env)
     try:
         warm(server)
+        # 8 MiB of weights: more than socket buffers hold
         program = torch.export.export(torch.nn.Linear(1024, 2048), (torch.randn(1, 1024),))
-        archive = io.BytesIO()
-        torch.export.save(program, archive)  # 8 MiB of weights: more than socket buffers hold
-        with server.client() as client:
-            pushed = client.post(
-                "/v1/models/big/versions",
-                content=archive.getvalue(),
-                headers={"Content-Type": "application/zip"},
-            )
-            assert pushed.status_code == 201, pushed.text
+        push_exported(server, "big", program)
         yield server
     finally:
         stop_registry_server(server)

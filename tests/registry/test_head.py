@@ -4,7 +4,6 @@ S3; the connection stays usable for the next request."""
 
 from __future__ import annotations
 
-import io
 import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -15,6 +14,7 @@ import torch
 from tests.registry.conftest import (
     RegistryServer,
     make_backend,
+    push_exported,
     start_registry_server,
     stop_registry_server,
     warm,
@@ -34,15 +34,7 @@ def served(
     try:
         warm(server)
         program = torch.export.export(torch.nn.Linear(512, 1024), (torch.randn(1, 512),))
-        archive = io.BytesIO()
-        torch.export.save(program, archive)
-        with server.client() as client:
-            pushed = client.post(
-                "/v1/models/lin/versions",
-                content=archive.getvalue(),
-                headers={"Content-Type": "application/zip"},
-            )
-            assert pushed.status_code == 201, pushed.text
+        push_exported(server, "lin", program)
         yield server
     finally:
         stop_registry_server(server)

@@ -5,7 +5,6 @@ digests are the ones the version's weights digest is built from."""
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +15,7 @@ from app.programs.digest import weights_digest
 from tests.registry.conftest import (
     RegistryServer,
     make_backend,
+    push_exported,
     start_registry_server,
     stop_registry_server,
     warm,
@@ -45,15 +45,7 @@ def pushed(
     try:
         warm(server)
         program = torch.export.export(Mixed(), (torch.randn(2, 16),))
-        archive = io.BytesIO()
-        torch.export.save(program, archive)
-        with server.client() as client:
-            answer = client.post(
-                "/v1/models/mixed/versions",
-                content=archive.getvalue(),
-                headers={"Content-Type": "application/zip"},
-            )
-            assert answer.status_code == 201, answer.text
+        push_exported(server, "mixed", program)
         yield server, dict(program.state_dict)
     finally:
         stop_registry_server(server)
