@@ -28,9 +28,10 @@ import torch
 from torch import nn
 
 from app.jobs import torch as jobs
-from app.registry import Candidate, Registry
 from app.registry.blobs import Objects, Piece
 from app.registry.blobs.local import LocalObjects
+from app.registry.ingest import Candidate
+from app.registry.store import Registry
 from app.settings import MiB, Settings
 from bench import seaweed
 from bench.progress import progress

@@ -14,7 +14,8 @@ import pytest
 from app import operations as ops
 from app.failure import Failure
 from app.programs.findings import Finding
-from app.registry import Registry, RegistryFailure
+from app.registry.errors import RegistryFailure
+from app.registry.store import Registry
 from app.settings import Settings
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
 from schema import Issue, SchemaError

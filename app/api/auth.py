@@ -21,7 +21,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.failure import ProblemCode
-from app.registry import Registry
 from app.registry.audit import Actor
 from app.registry.auth import (
     ANONYMOUS,
@@ -33,6 +32,7 @@ from app.registry.auth import (
     auth_configured,
     proxied_identity,
 )
+from app.registry.store import Registry
 from app.settings import Settings
 
 #: documented in OpenAPI as the `bearer` security scheme of every route that takes credentials.

@@ -21,9 +21,9 @@ from typing import Any
 from app import operations as ops
 from app.api.deps import Work
 from app.failure import Failure
-from app.registry import Registry
 from app.registry.gc import graph_answers
 from app.registry.records import VersionInfo
+from app.registry.store import Registry
 from app.settings import Settings
 from app.workers.documents import DocumentRunner
 from app.workers.graphs import job_document_graph, job_graph

@@ -11,7 +11,6 @@ from app.api.auth import AUTH_PROBLEMS, CallerDep, ManageDep, ensure
 from app.api.deps import DateTime
 from app.failure import ProblemCode
 from app.http.problems import problem_responses
-from app.registry import Registry, check_model_name
 from app.registry.audit import AuditPage, AuditQuery, entries
 from app.registry.auth import (
     EVERYONE,
@@ -23,6 +22,8 @@ from app.registry.auth import (
     auth_configured,
     check_principal,
 )
+from app.registry.names import check_model_name
+from app.registry.store import Registry
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["organization"])

@@ -39,20 +39,18 @@ from app.http.problems import ServiceError, problem_responses
 from app.http.ranges import bytes_response
 from app.http.uploads import FormSplitter, PartHeader, content_type, stream_body
 from app.programs.diff import ProgramDiff, render_text
-from app.registry import (
-    MAX_VERSION,
+from app.registry.blobs import Staged
+from app.registry.ingest import Candidate, refuse_invalid
+from app.registry.names import MAX_VERSION, check_model_name
+from app.registry.records import (
     AliasInfo,
-    Candidate,
     ModelInfo,
     ModelPage,
     PushedVersion,
-    Registry,
-    Staged,
     VersionInfo,
     VersionPage,
-    check_model_name,
 )
-from app.registry.ingest import refuse_invalid
+from app.registry.store import Registry
 from app.settings import Settings
 from app.workers import pushes
 from app.workers.documents import job_stored_diff

@@ -10,7 +10,7 @@ from app.api.auth import AUTH_PROBLEMS, CallerDep, has
 from app.api.deps import DateTime
 from app.api.registry import RegistryDep
 from app.http.problems import problem_responses
-from app.registry import check_model_name
+from app.registry.names import check_model_name
 from app.registry.search import SearchPage, SearchQuery, parse_tag
 
 router = APIRouter(prefix="/v1", tags=["registry"])

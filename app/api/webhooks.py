@@ -18,11 +18,12 @@ from app.api.auth import AUTH_PROBLEMS, Caller, CallerDep, has
 from app.api.registry import RegistryDep
 from app.failure import ProblemCode
 from app.http.problems import problem_responses
-from app.registry import Registry, check_model_name
 from app.registry import webhooks as hooks
 from app.registry.auth import AccessFailure
 from app.registry.destinations import Destinations
+from app.registry.names import check_model_name
 from app.registry.outbox import EventKind
+from app.registry.store import Registry
 
 
 @asynccontextmanager

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from app.registry import Registry
+    from app.registry.store import Registry
     from app.settings import Settings
 
     registry = Registry(Settings.from_env())

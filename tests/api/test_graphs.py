@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 import schema
 from app.main import create_app
 from app.programs.inspect.graph_view import program_graph
-from app.registry import Registry
+from app.registry.store import Registry
 from app.settings import Settings
 from app.workers import graphs
 from bench.zoo import ZooProgram, archive_bytes, torch_json

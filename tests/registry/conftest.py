@@ -31,10 +31,10 @@ import pytest
 from app import operations as ops
 from app.archive import open_archive
 from app.jobs import torch as jobs
-from app.registry import Registry
 from app.registry.blobs import Objects, objects_for
 from app.registry.blobs.s3 import S3Objects
 from app.registry.objects import layout_of
+from app.registry.store import Registry
 from app.settings import Settings
 from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import Server, free_port, start_server

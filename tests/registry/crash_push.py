@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from app.programs.torch_check import TorchCheck
-from app.registry import Registry, storing
+from app.registry import storing
 from app.registry.blobs import BlobStore
+from app.registry.store import Registry
 from app.settings import Settings
 
 #: step -> (class or module, function) whose call is followed by SIGKILL (on its `nth` call).

@@ -13,9 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from app.registry import Candidate, Registry
+from app.registry.ingest import Candidate
 from app.registry.objects import layout_of
 from app.registry.packing import rebuilt
+from app.registry.store import Registry
 from bench.zoo import archive_bytes
 from tests.registry.conftest import (
     Backend,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, main
-from app.registry import Registry
+from app.registry.store import Registry
 from tests.registry.conftest import (
     Backend,
     RegistryServer,

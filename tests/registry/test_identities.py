@@ -13,8 +13,9 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from app.main import create_app
-from app.registry import Registry, RegistryFailure
 from app.registry.auth import BOOTSTRAP_ID
+from app.registry.errors import RegistryFailure
+from app.registry.store import Registry
 from app.settings import Settings
 
 ADMIN = "bootstrap-" + "a" * 32

@@ -16,8 +16,10 @@ import httpx
 import pytest
 from sqlalchemy import exc, func, select, text
 
-from app.registry import Pushed, Registry, RegistryFailure
 from app.registry.audit import SYSTEM, Actor, audit_log
+from app.registry.errors import RegistryFailure
+from app.registry.records import Pushed
+from app.registry.store import Registry
 from tests.api.conftest import ROOT
 from tests.registry.conftest import (
     Backend,

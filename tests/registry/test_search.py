@@ -6,10 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from app.registry import Registry, RegistryFailure, VersionInfo
 from app.registry.audit import Actor
 from app.registry.db import now
+from app.registry.errors import RegistryFailure
+from app.registry.records import VersionInfo
 from app.registry.search import SearchQuery, parse_tag
+from app.registry.store import Registry
 from tests.registry.conftest import InProcessTorch
 from tests.registry.databases import ON_DATABASES
 

@@ -14,7 +14,9 @@ import pytest
 from torch.export.pt2_archive._package import load_pt2
 
 from app.archive import RawTensor, open_archive, write_archive
-from app.registry import Pushed, Registry, RegistryFailure
+from app.registry.errors import RegistryFailure
+from app.registry.records import Pushed
+from app.registry.store import Registry
 from bench.zoo import ZooProgram, outputs_close
 from tests.archive.zipcraft import rezip
 from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, consume, with_sample_inputs

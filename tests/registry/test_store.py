@@ -16,18 +16,15 @@ from alembic.script import ScriptDirectory
 
 import schema
 from app import operations as ops
-from app.registry import (
-    BlobStore,
-    Candidate,
-    Pushed,
-    Registry,
-    RegistryFailure,
-    ValueSummary,
-    VersionInfo,
-)
+from app.registry.blobs import BlobStore
 from app.registry.blobs.local import LocalObjects
 from app.registry.blobs.s3 import S3Objects
 from app.registry.db import MIGRATIONS, metadata
+from app.registry.errors import RegistryFailure
+from app.registry.ingest import Candidate
+from app.registry.records import Pushed, VersionInfo
+from app.registry.store import Registry
+from app.registry.summary import ValueSummary
 from bench.zoo import ZooProgram
 from tests.registry.conftest import (
     Backend,

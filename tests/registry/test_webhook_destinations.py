@@ -12,10 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.registry import Registry, RegistryFailure
 from app.registry import destinations as dest
 from app.registry import webhooks as hooks
+from app.registry.errors import RegistryFailure
 from app.registry.outbox import record
+from app.registry.store import Registry
 from app.settings import Settings
 from tests.registry.receiver import receiver
 

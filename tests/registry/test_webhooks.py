@@ -13,12 +13,13 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from app.registry import Registry, RegistryFailure
 from app.registry import webhooks as hooks
 from app.registry.audit import SYSTEM, Actor, AuditQuery, entries
 from app.registry.db import now
 from app.registry.destinations import Destinations
+from app.registry.errors import RegistryFailure
 from app.registry.outbox import EventKind, attempts, claim, deliveries, record
+from app.registry.store import Registry
 from tests.registry.databases import ON_DATABASES
 from tests.registry.receiver import Receiver, receiver, verify
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from app.registry import Registry
 from app.registry import webhooks as hooks
 from app.registry.destinations import Destinations
 from app.registry.outbox import events
+from app.registry.store import Registry
 from tests.registry.conftest import (
     Backend,
     kill_server,
