@@ -32,8 +32,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The 40 slowest tests are listed at the end, so that CI's output shows where the suite's time goes.
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40
 
 # The fast lane: lint and the tests that need no process besides pytest's own (no server, worker
 # pool, browser, PostgreSQL or SeaweedFS) and are not heavy; tests/conftest.py marks them from
