@@ -81,6 +81,33 @@ export function count(n) {
   return `${(n / 1e9).toFixed(2)}G`;
 }
 
+// A count in full (50,007), where a rounded one would not match the same count elsewhere.
+export function whole(n) {
+  return n === null || n === undefined ? "?" : n.toLocaleString("en-US");
+}
+
+// A measured number to six significant digits (0.30000001192092896 reads 0.3), the exact value
+// in its title.
+export function num(x) {
+  if (typeof x !== "number") return x ?? "-";
+  const short = String(Number(x.toPrecision(6)));
+  return h("span", { class: "num", title: short === String(x) ? null : String(x) }, short);
+}
+
+// A version as the API names it: a number as v3, an alias or `latest` as it is, with the number
+// it resolved to when known.
+export function versionLabel(ref, number = null) {
+  if (/^\d+$/.test(String(ref))) return `v${ref}`;
+  return number === null || number === undefined ? ref : `${ref} (v${number})`;
+}
+
+// Every page counts a program's nodes as its version's summary does (`summary.nodes`: the
+// nodes of the program's own graph); nodes of subgraphs, where a page knows them, come apart.
+export function nodesText(nodes, every = nodes) {
+  const rest = every > nodes ? ` (+${whole(every - nodes)} in subgraphs)` : "";
+  return `${whole(nodes)} ${nodes === 1 ? "node" : "nodes"}${rest}`;
+}
+
 export function plural(n, word, many = `${word}s`) {
   return `${count(n)} ${n === 1 ? word : many}`;
 }

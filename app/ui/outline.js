@@ -5,6 +5,11 @@
 // from a node's inputs and users (the detail panel), and only the rows in view exist in the
 // DOM (fixed row height, a spacer gives the scroll height). Expanding a module rebuilds the list
 // of visible rows (plain integer arrays), never the DOM of the rows out of view.
+//
+// The keyboard follows the WAI-ARIA tree pattern with a roving tabindex: one row, the active
+// one, is the tree's tab stop. The active row is kept as its item (a node id, or a module as
+// -(m + 1)), not as a DOM element, because its element exists only while it is in view; each
+// drawing gives focus back to it, or to the tree itself while it is scrolled out of view.
 
 import { h, clear, count, bytes, plural, shortOp, shortType } from "./dom.js";
 
@@ -12,11 +17,14 @@ const ROW = 22;
 const OVERSCAN = 8;
 
 export class Outline {
-  constructor(graph, { marks = null, onSelect = null, name = "graph" } = {}) {
+  constructor(graph, { marks = null, onSelect = null, onExpand = null, name = "graph" } = {}) {
     this.g = graph;
     this.marks = marks || new Map();
     this.onSelect = onSelect;
+    this.onExpand = null;
     this.selected = -1;
+    this.active = -1;
+    this.activeRow = 0;
     this.expanded = new Uint8Array(graph.modules.length);
     this.expanded[0] = 1;
     this.index();
@@ -26,8 +34,24 @@ export class Outline {
     this.el.append(this.spacer, this.layer);
     this.el.addEventListener("scroll", () => this.schedule());
     this.el.addEventListener("click", (event) => this.click(event));
+    this.el.addEventListener("keydown", (event) => this.key(event));
+    // Tabbing into the tree while its active row is out of view brings the row back; focus that
+    // a drawing parks on the tree (the row scrolled away) or a click on its scrollbar gives it
+    // stays where the user scrolled.
+    this.parking = false;
+    this.el.addEventListener("pointerdown", () => {
+      this.parking = true;
+      setTimeout(() => {
+        this.parking = false;
+      });
+    });
+    this.el.addEventListener("focus", () => {
+      if (!this.parking) this.focusRow(this.rowOf(this.active));
+    });
     this.pending = false;
     this.flatten();
+    // Told of the changes the user makes, not of the first drawing.
+    this.onExpand = onExpand;
   }
 
   get size() {
@@ -113,11 +137,25 @@ export class Outline {
     }
     this.rows = rows;
     this.depths = depths;
+    // A collapse can hide the active row: its nearest shown ancestor takes its place.
+    let m = this.active >= 0 ? this.g.nodes.module[this.active] : -this.active - 1;
+    if (this.active >= 0 && this.rowOf(this.active) < 0) this.active = -(m + 1);
+    while (this.rowOf(this.active) < 0) {
+      m = this.g.modules[m].parent;
+      this.active = -(m + 1);
+    }
     this.spacer.style.height = `${rows.length * ROW}px`;
     // A short outline is as tall as its rows; a long one fills most of the window.
     const full = rows.length * ROW + 2;
     this.el.style.height = full < window.innerHeight * 0.6 ? `${Math.max(full, 5 * ROW)}px` : "";
     this.render();
+    if (this.onExpand) this.onExpand();
+  }
+
+  // The row showing `item`, or -1 while it is hidden in a collapsed module.
+  rowOf(item) {
+    if (this.rows[this.activeRow] !== item) this.activeRow = this.rows.indexOf(item);
+    return this.activeRow;
   }
 
   schedule() {
@@ -134,12 +172,24 @@ export class Outline {
     const height = this.el.clientHeight || 600;
     const first = Math.max(0, Math.floor(top / ROW) - OVERSCAN);
     const last = Math.min(this.rows.length, Math.ceil((top + height) / ROW) + OVERSCAN);
+    const focused = this.el.contains(document.activeElement);
+    const at = this.rowOf(this.active);
     const fragment = document.createDocumentFragment();
-    for (let r = first; r < last; r += 1) fragment.append(this.row(r));
+    for (let r = first; r < last; r += 1) fragment.append(this.row(r, r === at));
     clear(this.layer).append(fragment);
+    const drawn = at >= first && at < last;
+    this.el.tabIndex = drawn ? -1 : 0;
+    if (!focused) return;
+    if (drawn) {
+      this.layer.querySelector(`[data-row="${at}"]`).focus({ preventScroll: true });
+    } else {
+      this.parking = true;
+      this.el.focus({ preventScroll: true });
+      this.parking = false;
+    }
   }
 
-  row(r) {
+  row(r, active) {
     const item = this.rows[r];
     const indent = h("span", { class: "indent" });
     indent.style.width = `${this.depths[r] * 16}px`;
@@ -148,6 +198,8 @@ export class Outline {
     else el = this.nodeRow(item, indent);
     el.dataset.row = String(r);
     el.style.top = `${r * ROW}px`;
+    el.tabIndex = active ? 0 : -1;
+    el.setAttribute("aria-level", String(this.depths[r] + 1));
     return el;
   }
 
@@ -184,13 +236,15 @@ export class Outline {
       {
         class: `row node${mark ? ` mark-${mark}` : ""}${id === this.selected ? " selected" : ""}`,
         role: "treeitem",
+        "aria-selected": id === this.selected ? "true" : "false",
         dataset: { node: String(id), name: n.name[id] },
       },
       indent,
       h("span", { class: "op" }, shortOp(n.target[id])),
       h("span", { class: "nname" }, n.name[id]),
       h("span", { class: "meta" }, n.dtype[id] ? `${n.dtype[id]}${n.shape[id]}` : ""),
-      subs.map((k) => h("button", { class: "sublink", type: "button", dataset: { graph: String(k) } }, `→ ${this.g.graphs[k].name}`)),
+      // Not tab stops of their own: Right on the node enters its first subgraph.
+      subs.map((k) => h("button", { class: "sublink", type: "button", tabindex: "-1", dataset: { graph: String(k) } }, `→ ${this.g.graphs[k].name}`)),
       mark ? h("span", { class: "badge" }, mark) : null,
     );
   }
@@ -203,8 +257,57 @@ export class Outline {
     }
     const row = event.target.closest(".row");
     if (!row) return;
-    if (row.dataset.module !== undefined) this.toggle(Number(row.dataset.module));
-    else this.select(Number(row.dataset.node));
+    this.activate(Number(row.dataset.row));
+  }
+
+  // What a click, Enter or Space does to a row: a module opens or closes, a node is selected.
+  activate(r) {
+    const item = this.rows[r];
+    this.active = item;
+    this.activeRow = r;
+    if (item < 0) this.toggle(-item - 1);
+    else this.select(item);
+  }
+
+  key(event) {
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const r = this.rowOf(this.active);
+    const item = this.rows[r];
+    const last = this.rows.length - 1;
+    let to = null;
+    if (event.key === "ArrowDown") to = Math.min(r + 1, last);
+    else if (event.key === "ArrowUp") to = Math.max(r - 1, 0);
+    else if (event.key === "Home") to = 0;
+    else if (event.key === "End") to = last;
+    else if (event.key === "Enter" || event.key === " ") this.activate(r);
+    else if (event.key === "ArrowRight") {
+      if (item < 0 && !this.expanded[-item - 1]) this.toggle(-item - 1);
+      else if (item < 0 && r < last && this.depths[r + 1] > this.depths[r]) to = r + 1;
+      else if (item >= 0 && this.subgraphs.has(item)) {
+        const m = this.g.graphs[this.subgraphs.get(item)[0]].module;
+        this.revealModule(m, true);
+        to = this.rowOf(-(m + 1));
+      }
+    } else if (event.key === "ArrowLeft") {
+      if (item < 0 && this.expanded[-item - 1]) this.toggle(-item - 1);
+      else {
+        to = r;
+        while (to > 0 && this.depths[to] >= this.depths[r]) to -= 1;
+      }
+    } else return;
+    event.preventDefault();
+    if (to !== null) this.focusRow(to);
+  }
+
+  // Makes row r the active one, scrolled just into view, and gives it focus.
+  focusRow(r) {
+    this.active = this.rows[r];
+    this.activeRow = r;
+    const height = this.el.clientHeight || 600;
+    const y = r * ROW;
+    if (y < this.el.scrollTop) this.el.scrollTop = y;
+    else if (y + ROW > this.el.scrollTop + height) this.el.scrollTop = y + ROW - height;
+    this.render();
   }
 
   toggle(m) {
@@ -216,6 +319,31 @@ export class Outline {
     this.expanded.fill(0);
     this.expanded[0] = 1;
     this.flatten();
+  }
+
+  // Paths of the open modules, the root's being "".
+  openPaths() {
+    const paths = [];
+    for (let m = 0; m < this.expanded.length; m += 1) if (this.expanded[m]) paths.push(this.g.modules[m].path);
+    return paths;
+  }
+
+  setOpen(paths) {
+    const wanted = new Set(paths);
+    for (let m = 0; m < this.expanded.length; m += 1) this.expanded[m] = wanted.has(this.g.modules[m].path) ? 1 : 0;
+    this.flatten();
+  }
+
+  // A node's name, which a subgraph's node carries after its subgraph's (names are unique in a
+  // graph, not across a program's graphs), and back.
+  nodeKey(id) {
+    const graph = this.g.graphs[this.g.nodes.graph[id]].name;
+    return graph ? `${graph}/${this.g.nodes.name[id]}` : this.g.nodes.name[id];
+  }
+
+  nodeByKey(key) {
+    if (!this.keys) this.keys = new Map(this.g.nodes.name.map((_, id) => [this.nodeKey(id), id]));
+    return this.keys.get(key) ?? -1;
   }
 
   expandAncestors(m) {
@@ -254,8 +382,14 @@ export class Outline {
 
   select(id) {
     this.selected = id;
+    this.active = id;
     this.render();
     if (this.onSelect) this.onSelect(id);
+  }
+
+  unselect() {
+    this.selected = -1;
+    this.render();
   }
 
   // Nodes whose name or operator contains the text (case-insensitive), in node order.

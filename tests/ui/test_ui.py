@@ -457,6 +457,21 @@ def _repeated(graph: dict[str, Any], nodes_wanted: int) -> dict[str, Any]:
     return {**graph, "modules": out_modules, "nodes": columns}
 
 
+def _route_graph(p: Any, server: Server, name: str, answer: Path, nodes: int) -> None:
+    """Answer model `name`'s version 1 with the graph in file `answer` of `nodes` nodes (and
+    bert's version with that count), as the live server would for a stored version."""
+    info = httpx.get(f"{server.url}/v1/models/bert/versions/1").json()
+    info["summary"]["nodes"] = nodes
+    p.route(
+        f"**/v1/models/{name}/versions/1/graph",
+        lambda route: route.fulfill(status=200, content_type="application/json", path=str(answer)),
+    )
+    p.route(
+        f"**/v1/models/{name}/versions/1",
+        lambda route: route.fulfill(status=200, content_type="application/json", json=info),
+    )
+
+
 def test_large_graph_timing(page: Page, server: Server) -> None:
     """First view and expanding a module of a 50,000-node graph, measured in the browser."""
     graph = _repeated(_graph(server, "bert", "1"), 50_000)
@@ -466,10 +481,7 @@ def test_large_graph_timing(page: Page, server: Server) -> None:
     nodes = len(graph["nodes"]["name"])
     assert nodes >= 50_000
     p = page.page
-    p.route(
-        "**/v1/models/big/versions/1/graph",
-        lambda route: route.fulfill(status=200, content_type="application/json", path=str(answer)),
-    )
+    _route_graph(p, server, "big", answer, nodes)
     marks = page.open("/ui/models/big/versions/1/graph").evaluate(
         """Object.fromEntries(performance.getEntriesByType('mark')
             .map((m) => [m.name, m.startTime]))"""
@@ -516,3 +528,256 @@ def test_screenshots_written(shots: Path) -> None:
     assert shutil.which("chromium") or CHROMIUM.exists()
     for name in ("models", "model", "version", "graph", "diff", "diff-files", "schema", "try"):
         assert (shots / f"{name}.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- issue 32's broken list
+
+
+def _cells(markdown: str) -> list[tuple[str, str]]:
+    """The old and new cells of the changelog's table rows, unescaped."""
+    rows = []
+    for line in markdown.splitlines():
+        if not line.startswith("| ") or line.startswith(("| rule ", "| ---")):
+            continue
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        rows.append((cells[2], cells[3]))
+    return rows
+
+
+def test_schema_values_in_the_schemas_text_form(page: Page, server: Server) -> None:
+    """Bug 1: the default view's old and new cells read as the changelog writes them (an arm's
+    type, not `[object Object]`)."""
+    p = page.open("/ui/schema")
+    p.wait_for_selector("body[data-done='1']")
+    chosen = (p.locator("#from").input_value(), p.locator("#to").input_value())
+    shown = p.locator("#changes tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.cells[2].textContent, r.cells[3].textContent])"
+    )
+    markdown = httpx.get(
+        f"{server.url}/v1/schema/diff",
+        params={"from": chosen[0], "to": chosen[1], "format": "markdown"},
+    ).text
+    assert [tuple(row) for row in shown] == _cells(markdown)
+    assert "List[List[float]]" in p.locator("#changes").inner_text()
+    assert "[object Object]" not in p.locator("main").inner_text()
+
+
+def test_diff_title_names_versions_as_the_api_does(page: Page) -> None:
+    """Bug 2: no `vnull` without versions; an alias is shown as it is, with its version."""
+    p = page.open("/ui/models/small/diff")
+    assert "null" not in p.locator("h1").inner_text()
+    assert "null" not in p.title()
+    p = page.open("/ui/models/small/diff?from=1&to=champion")
+    assert p.locator("h1").inner_text() == "small: v1 → champion (v2)"
+    assert p.locator("#old-graph h3").inner_text() == "v1"
+    assert p.locator("#new-graph h3").inner_text() == "champion (v2)"
+    assert "vchampion" not in p.locator("main").inner_text()
+
+
+NARROW = {"width": 390, "height": 844}
+
+
+def test_pages_fit_a_narrow_screen(page: Page) -> None:
+    """Bug 3: at 390 px no page scrolls sideways, and the outlines keep a usable width."""
+    p = page.page
+    p.set_viewport_size(NARROW)
+    paths = [
+        "/ui/",
+        "/ui/models/small",
+        "/ui/models/bert/versions/1",
+        "/ui/models/bert/versions/1/graph",
+        "/ui/models/small/diff?from=1&to=2",
+        "/ui/schema",
+        "/ui/diff",
+        "/ui/try",
+    ]
+    widths = {}
+    for path in paths:
+        page.open(path)
+        if path == "/ui/schema":
+            p.wait_for_selector("body[data-done='1']")
+        widths[path] = p.evaluate("document.documentElement.scrollWidth")
+    p.set_input_files(
+        "#file", files=[{"name": "m.pt2", "mimeType": "application/zip", "buffer": _small(True)}]
+    )
+    p.wait_for_selector("body[data-done='1']", timeout=60_000)
+    widths["/ui/try (a file)"] = p.evaluate("document.documentElement.scrollWidth")
+    assert all(width <= NARROW["width"] + 1 for width in widths.values()), widths
+    for path in ("/ui/models/bert/versions/1/graph", "/ui/models/small/diff?from=1&to=2"):
+        page.open(path)
+        boxes = p.locator(".outline").evaluate_all(
+            "els => els.map(e => e.getBoundingClientRect().width)"
+        )
+        assert boxes, path
+        assert min(boxes) >= 300, (path, boxes)
+    page.shot("graph-390")
+
+
+def _focused(p: Any) -> dict[str, Any]:
+    focused: dict[str, Any] = p.evaluate(
+        """(() => { const e = document.activeElement;
+            return { role: e.getAttribute('role'), level: e.getAttribute('aria-level'),
+                     path: e.dataset.path ?? null, node: e.dataset.name ?? null,
+                     row: e.dataset.row ? Number(e.dataset.row) : null,
+                     expanded: e.getAttribute('aria-expanded'),
+                     selected: e.getAttribute('aria-selected'),
+                     inTree: !!e.closest('[role=tree]') }; })()"""
+    )
+    return focused
+
+
+def test_tree_keyboard(page: Page, server: Server) -> None:
+    """Bug 4: the outline is a WAI-ARIA tree: one tab stop, arrows, Home/End, Enter and Space,
+    and focus follows into rows that are drawn only once scrolled to."""
+    graph = _repeated(_graph(server, "bert", "1"), 3_000)
+    copies = len([m for m in graph["modules"] if m["path"].count(".") == 1])
+    answer = server.tmp / "graph-keys.json"
+    answer.write_text(json.dumps(graph))
+    p = page.page
+    _route_graph(p, server, "keys", answer, len(graph["nodes"]["name"]))
+    page.open("/ui/models/keys/versions/1/graph")
+    p.focus("input.search")
+    p.keyboard.press("Tab")
+    p.keyboard.press("Tab")
+    start = _focused(p)
+    assert (start["role"], start["level"], start["path"]) == ("treeitem", "1", "")
+    assert p.locator(".outline [tabindex='0']").count() == 1
+    p.keyboard.press("ArrowDown")
+    assert (_focused(p)["path"], _focused(p)["expanded"]) == ("layers", "false")
+    p.keyboard.press("ArrowRight")
+    assert (_focused(p)["path"], _focused(p)["expanded"]) == ("layers", "true")
+    p.keyboard.press("ArrowRight")
+    assert (_focused(p)["path"], _focused(p)["level"]) == ("layers.0", "3")
+    p.keyboard.press("ArrowLeft")
+    assert _focused(p)["path"] == "layers"
+    p.keyboard.press("ArrowLeft")
+    assert (_focused(p)["path"], _focused(p)["expanded"]) == ("layers", "false")
+    p.keyboard.press("Enter")
+    assert _focused(p)["expanded"] == "true"
+    # The last row is not in the DOM until End scrolls to it.
+    last = f"layers.{copies - 1}"
+    assert p.locator(f".outline .row[data-path='{last}']").count() == 0
+    p.keyboard.press("End")
+    assert _focused(p)["path"] == last
+    p.keyboard.press("Home")
+    assert _focused(p)["path"] == ""
+    for _ in range(3):
+        p.keyboard.press("ArrowDown")
+    assert _focused(p)["path"] == "layers.1"
+    p.keyboard.press(" ")
+    assert _focused(p)["expanded"] == "true"
+    while _focused(p)["node"] is None:
+        p.keyboard.press("ArrowDown")
+    first = _focused(p)
+    assert first["selected"] == "false"
+    p.keyboard.press("Enter")
+    assert _focused(p)["selected"] == "true"
+    assert first["node"] in p.locator(".panel").inner_text()
+    # Scrolled away with the wheel, the tree keeps focus, and the next key brings the row back.
+    p.locator(".outline").evaluate("e => { e.scrollTop = e.scrollHeight; }")
+    p.locator(f".outline .row[data-row='{first['row']}']").wait_for(state="detached")
+    assert _focused(p)["inTree"]
+    p.keyboard.press("ArrowDown")
+    after = _focused(p)
+    assert after["row"] == first["row"] + 1
+    assert after["role"] == "treeitem"
+    p.keyboard.press("Space")
+    assert _focused(p)["selected"] == "true"
+    assert p.locator(".outline .row[aria-selected='true']").count() == 1
+
+
+def test_search_results_numbered(page: Page) -> None:
+    """Bug 5: the tenth result on is numbered 10., 11., ... in full, inside the panel."""
+    p = page.open("/ui/models/bert/versions/1/graph")
+    p.fill("input.search", "linear")
+    items = p.locator(".results li")
+    assert items.count() >= 12
+    side = p.locator(".side").bounding_box()
+    for k in (9, 10, 11):
+        number = items.nth(k).locator(".n")
+        assert number.inner_text() == f"{k + 1}."
+        box = number.bounding_box()
+        assert box is not None
+        assert side is not None
+        assert box["x"] >= side["x"], (k, box, side)
+        assert box["width"] > 0
+
+
+def _view(p: Any) -> tuple[str, str | None, bool]:
+    selected = p.locator(".outline .row.node.selected")
+    return (
+        p.locator("input.search").input_value(),
+        selected.get_attribute("data-name") if selected.count() else None,
+        p.locator(".outline .row[data-path='encoder.layer'][aria-expanded='true']").count() == 1,
+    )
+
+
+def test_view_state_in_the_url(page: Page, server: Server) -> None:
+    """Bug 7: expanded modules, the selected node and the search live in the URL: back, forward
+    and a reload restore them."""
+    graph = _graph(server, "bert", "1")
+    names = graph["nodes"]["name"]
+    tanh = names[graph["nodes"]["target"].index("torch.ops.aten.tanh.default")]
+    p = page.open("/ui/models/bert/versions/1/graph")
+    p.click(".outline .row[data-path='encoder']")
+    p.click(".outline .row[data-path='encoder.layer']")
+    p.fill("input.search", "tanh")
+    p.click(".results button.jump >> nth=0")
+    assert _view(p) == ("tanh", tanh, True)
+    assert "q=tanh" in p.url
+    p.click(".crumbs a >> nth=2")
+    p.wait_for_selector("body[data-page='version'][data-ready='1']")
+    p.go_back()
+    p.wait_for_selector("body[data-page='graph'][data-ready='1']")
+    p.wait_for_selector(".outline .row.node.selected")
+    assert _view(p) == ("tanh", tanh, True)
+    p.reload()
+    p.wait_for_selector("body[data-ready='1']")
+    assert _view(p) == ("tanh", tanh, True)
+    # A second selection is a new history entry; back returns to the first (typing replaced
+    # the search of the entry it was typed in).
+    p.fill("input.search", "linear")
+    p.click(".results button.jump >> nth=0")
+    second = p.locator(".outline .row.node.selected").get_attribute("data-name")
+    assert second != tanh
+    p.go_back()
+    p.wait_for_selector(f".outline .row.node.selected[data-name='{tanh}']")
+    assert _view(p) == ("linear", tanh, True)
+    p.go_forward()
+    p.wait_for_selector(f".outline .row.node.selected[data-name='{second}']")
+    assert _view(p) == ("linear", second, True)
+
+
+def test_crumbs_counts_and_numbers(page: Page, server: Server) -> None:
+    """Bug 8: the breadcrumb names versions as `v2` (an alias with its version); every page
+    counts a program's nodes as the version's summary does; long floats are rounded, with the
+    exact value in the title."""
+    p = page.open("/ui/models/small/versions/2/graph")
+    assert p.locator(".crumbs a >> nth=2").inner_text() == "v2"
+    p = page.open("/ui/models/small/versions/champion/graph")
+    assert p.locator(".crumbs a >> nth=2").inner_text() == "champion (v2)"
+    nodes = httpx.get(f"{server.url}/v1/models/cond/versions/1").json()["summary"]["nodes"]
+    every = len(_graph(server, "cond", "1")["nodes"]["name"])
+    assert every > nodes  # the branches' nodes: the two counts the pages disagreed on
+    shown = {}
+    p = page.open("/ui/")
+    shown["models"] = p.locator("tr[data-model='cond'] td >> nth=5").inner_text()
+    p = page.open("/ui/models/cond")
+    shown["model"] = p.locator("#versions tbody tr td >> nth=2").inner_text()
+    p = page.open("/ui/models/cond/versions/1")
+    shown["version"] = p.locator("#summary tr:has-text('nodes') td >> nth=1").inner_text()
+    p = page.open("/ui/models/cond/versions/1/graph")
+    shown["graph"] = p.locator("#facts").inner_text()
+    leading = {k: re.match(r"[\d,]+", v) for k, v in shown.items()}
+    counted = {k: m.group(0) if m else shown[k] for k, m in leading.items()}
+    assert counted == dict.fromkeys(shown, str(nodes)), shown
+    diff = httpx.get(
+        f"{server.url}/v1/models/small/versions/2/diff", params={"against": "1"}
+    ).json()
+    exact = next(w for w in diff["parameters"] if w["name"] == "fc2.weight")["stats"][
+        "max_abs_diff"
+    ]
+    p = page.open("/ui/models/small/diff?from=1&to=2")
+    value = p.locator(f"#weight-changes [title='{exact!r}']")
+    assert value.inner_text() == f"{exact:.6g}"
+    assert not re.search(r"\d\.\d{7,}", p.locator("#weight-changes").inner_text())

@@ -2,7 +2,7 @@
 // both graphs with added, removed and changed nodes marked, expanded only where they changed.
 
 import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
-import { clear, errorBox, h, link, section, shortOp, table } from "../dom.js";
+import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
 import { graphViewer } from "./graph.js";
 
 function starts(graph) {
@@ -53,7 +53,7 @@ function weightRows(diff) {
     w.changes.join(", "),
     w.old_dtype || w.old_shape ? `${w.old_dtype || ""}${w.old_shape ? `[${w.old_shape.join(", ")}]` : ""}` : "-",
     w.new_dtype || w.new_shape ? `${w.new_dtype || ""}${w.new_shape ? `[${w.new_shape.join(", ")}]` : ""}` : "-",
-    w.stats ? `${w.stats.differing} of ${w.stats.numel} differ, max |Δ| ${w.stats.max_abs_diff}` : w.note || "",
+    w.stats ? h("span", null, `${w.stats.differing} of ${w.stats.numel} differ, max |Δ| `, num(w.stats.max_abs_diff)) : w.note || "",
   ]);
 }
 
@@ -141,22 +141,28 @@ export function renderDiff(main, diff, oldGraph, newGraph, labels) {
 export async function diffPage(main, [name], query) {
   const from = query.get("from");
   const to = query.get("to");
-  document.title = `${name} ${from} → ${to} · pt2serde`;
   const ui = `/ui/models/${enc(name)}`;
-  main.append(
-    h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / changes"),
-    h("h1", null, `${name}: v${from} → v${to}`),
-  );
+  const title = h("h1", null, `${name}: changes`);
+  main.append(h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / changes"), title);
   if (!from || !to) {
-    main.append(h("p", null, "Name two versions: ?from=1&to=2"));
+    document.title = `${name} changes · pt2serde`;
+    main.append(h("p", null, "Name two versions: ?from=1&to=2 (numbers, aliases or latest)."));
     return;
   }
-  const [diff, oldGraph, newGraph] = await Promise.all([
+  const named = (labels) => `${name}: ${labels[0]} → ${labels[1]}`;
+  title.textContent = named([versionLabel(from), versionLabel(to)]);
+  document.title = `${title.textContent} · pt2serde`;
+  const [diff, oldGraph, newGraph, oldInfo, newInfo] = await Promise.all([
     getJSON(`${versionPath(name, to)}/diff?against=${enc(from)}`),
     getJSON(`${versionPath(name, from)}/graph`),
     getJSON(`${versionPath(name, to)}/graph`),
+    getJSON(versionPath(name, from)),
+    getJSON(versionPath(name, to)),
   ]);
-  renderDiff(main, diff, oldGraph, newGraph, [`v${from}`, `v${to}`]);
+  const labels = [versionLabel(from, oldInfo.version), versionLabel(to, newInfo.version)];
+  title.textContent = named(labels);
+  document.title = `${title.textContent} · pt2serde`;
+  renderDiff(main, diff, oldGraph, newGraph, labels);
 }
 
 export async function filesDiffPage(main) {

@@ -1,7 +1,7 @@
 // The models list, and one model's versions.
 
 import { allModels, allVersions, enc, getJSON, versionPath } from "../api.js";
-import { count, date, h, link, section, table } from "../dom.js";
+import { count, date, h, link, nodesText, section, table, whole } from "../dom.js";
 
 function tagList(tags) {
   return Object.entries(tags || {}).map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
@@ -36,7 +36,7 @@ export async function modelsPage(main) {
       h("td", null, String(m.version_count)),
       h("td", null, aliasList(aliases)),
       h("td", null, info ? tagList(info.tags) : null),
-      h("td", null, info ? `${count(info.summary.nodes)} nodes` : ""),
+      h("td", null, info ? nodesText(info.summary.nodes) : ""),
       h("td", null, date(m.created_at)),
     );
     tr.dataset.search = [m.name, ...aliases, ...Object.entries(info ? info.tags : {}).map(([k, v]) => `${k}=${v}`)]
@@ -71,7 +71,7 @@ export async function modelPage(main, [name]) {
       { class: v.deleted_at ? "deleted" : "" },
       h("td", null, link(`/ui/models/${enc(name)}/versions/${v.version}`, `v${v.version}`)),
       h("td", null, date(v.created_at)),
-      h("td", null, String(v.summary.nodes)),
+      h("td", null, whole(v.summary.nodes)),
       h("td", null, count(v.summary.parameter_count)),
       h("td", null, v.schema_version),
       h("td", null, aliasList(v.aliases)),

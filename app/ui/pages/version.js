@@ -1,7 +1,7 @@
 // One version: summary, interface, weights, operators, validation findings, downloads.
 
 import { enc, getJSON, versionPath } from "../api.js";
-import { append, bytes, count, date, digest, h, link, section, shape, shortOp, table } from "../dom.js";
+import { append, bytes, count, date, digest, h, link, nodesText, section, shape, shortOp, table } from "../dom.js";
 
 export function findingsTable(findings) {
   if (!findings.length) return h("p", { class: "ok" }, "No findings.");
@@ -55,7 +55,7 @@ export function weightsTable(weights, digests = null) {
 export function operatorsTable(ops) {
   const entries = Object.entries(ops.total.by_target).sort((a, b) => b[1] - a[1]);
   return [
-    h("p", null, `${ops.total.nodes} nodes, ${entries.length} operators` + (ops.custom_namespaces.length ? `; custom namespaces: ${ops.custom_namespaces.join(", ")}` : "")),
+    h("p", null, `${nodesText(ops.graph.nodes, ops.total.nodes)}, ${entries.length} operators` + (ops.custom_namespaces.length ? `; custom namespaces: ${ops.custom_namespaces.join(", ")}` : "")),
     table(["operator", "nodes"], entries.map(([t, n]) => [h("code", null, shortOp(t)), String(n)]), { id: "operators" }),
   ];
 }
@@ -107,7 +107,7 @@ export async function versionPage(main, [name, ref]) {
       table(
         ["", ""],
         [
-          ["nodes", String(info.summary.nodes)],
+          ["nodes", nodesText(info.summary.nodes, operators ? operators.total.nodes : undefined)],
           ["parameters", `${count(info.summary.parameter_count)} (${info.summary.parameters} tensors${root ? `, ${bytes(root.total_parameters.nbytes)}` : ""})`],
           ["buffers / constants", `${info.summary.buffers} / ${info.summary.constants}`],
           ["schema version", `${info.schema_version} (needs ${info.min_schema_version} or newer)`],
