@@ -186,9 +186,19 @@ class Change:
     bump: Bump
 
     @property
+    def old_text(self) -> str:
+        """The old side as the changelog writes it (`Optional[str] = None`, `-` for none)."""
+        return _show(self.old)
+
+    @property
+    def new_text(self) -> str:
+        """The new side as the changelog writes it."""
+        return _show(self.new)
+
+    @property
     def message(self) -> str:
         """A readable one-line account of the change."""
-        return f"{self.path}: {self.rule} ({_show(self.old)} -> {_show(self.new)})"
+        return f"{self.path}: {self.rule} ({self.old_text} -> {self.new_text})"
 
 
 def change(rule: str, path: str, old: Any, new: Any) -> Change:

@@ -86,6 +86,9 @@ class ChangeOut(BaseModel):
     path: str
     old: Any
     new: Any
+    #: old and new as the changelog writes them (a field's type with its default, a list joined)
+    old_text: str
+    new_text: str
     breaks_forward: bool
     breaks_backward: bool
     bump: str
@@ -122,6 +125,8 @@ def _change(c: schema.Change) -> ChangeOut:
         path=c.path,
         old=c.old,
         new=c.new,
+        old_text=c.old_text,
+        new_text=c.new_text,
         breaks_forward=c.breaks_forward,
         breaks_backward=c.breaks_backward,
         bump=c.bump,

@@ -5,17 +5,6 @@ import { append, clear, errorBox, h, section, table } from "../dom.js";
 
 const MODES = ["", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"];
 
-// A change's old or new side as the changelog (`format=markdown`) writes it: an arm's or
-// field's type with its default (`Optional[str] = None`), an enum value's number, a list joined.
-function schemaValue(value) {
-  if (value === null || value === undefined) return "-";
-  if (typeof value === "object" && !Array.isArray(value) && "type" in value) {
-    return "default" in value ? `${value.type} = ${value.default}` : value.type;
-  }
-  if (Array.isArray(value)) return value.join(", ");
-  return typeof value === "object" ? JSON.stringify(value) : String(value);
-}
-
 function changeTable(changes) {
   return table(
     ["rule", "path", "old", "new", "breaks old readers", "breaks new readers", "bump"],
@@ -23,7 +12,7 @@ function changeTable(changes) {
       h(
         "tr",
         { class: c.breaks_forward || c.breaks_backward ? "breaking" : "" },
-        [c.rule, h("code", null, c.path), schemaValue(c.old), schemaValue(c.new), c.breaks_forward ? "yes" : "", c.breaks_backward ? "yes" : "", c.bump].map((x) => h("td", null, x)),
+        [c.rule, h("code", null, c.path), c.old_text, c.new_text, c.breaks_forward ? "yes" : "", c.breaks_backward ? "yes" : "", c.bump].map((x) => h("td", null, x)),
       ),
     ),
     { id: "changes" },
