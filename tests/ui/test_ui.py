@@ -30,10 +30,10 @@ from torch import nn
 
 from app.bridge.exported import storage_bytes, tensor_meta
 from app.programs.digest import tensor_digest, weights_digest
-from bench.zoo import archive_bytes, build_program
 from schema.dtypes import DTYPE_NAMES
 from tests.api.conftest import Server, start_server, stop_server
 from tests.realzoo import VOCAB, tiny_hf_model
+from tests.zoo import archive_bytes, build_program
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [

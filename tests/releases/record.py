@@ -1,20 +1,24 @@
-"""The release matrix's pure parts: real-load results, their comparison with our verdicts, tables.
+"""The record of the last `make releases` run (tests/data/releases/): each release's real loads of
+every program each release saved, and pt2serde's verdicts on the same documents.
 
-Nothing here starts a process or imports torch, so the tests run it on stored results.
+bench/releases/ writes the record (and its tables); tests/releases/ checks the verdicts against it
+without the release venvs. Nothing here starts a process or imports torch.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import schema
+from app.releases import verdicts as release_verdicts
 
 #: A cell the reader loaded (`torch.export.load` and `.module()` both succeeded) or did not.
 LOADS, FAILS = "loads", "fails"
-#: Appended to a cell where pt2serde's verdict said the opposite of the real load.
-DISAGREES = " ≠"
-BEGIN, END = "<!-- releases-table:begin -->", "<!-- releases-table:end -->"
+#: where the record is kept
+DATA = Path(__file__).resolve().parents[1] / "data" / "releases"
 
 
 @dataclass(frozen=True)
@@ -74,16 +78,6 @@ class Disagreement:
         )
 
 
-def parse_lines(text: str) -> dict[tuple[str, str], Load]:
-    """A reader's JSON lines (bench/releases/load_programs.py) by (writer, program)."""
-    found: dict[tuple[str, str], Load] = {}
-    for line in text.splitlines():
-        if line.strip():
-            record = json.loads(line)
-            found[record["writer"], record["program"]] = Load(record["stage"], record["error"])
-    return found
-
-
 def truth_from_json(data: dict[str, Any]) -> Truth:
     """The ground truth kept in loads.json."""
     return {
@@ -119,49 +113,25 @@ def disagreements(truth: Truth, ours: dict[tuple[str, str], dict[str, Ours]]) ->
     return found
 
 
-def render_table(truth: Truth, readers: list[str], disagree: list[Disagreement]) -> str:
-    """Rows writer x program, columns reader releases, `≠` where our verdict said otherwise."""
-    marked = {(d.writer, d.program, d.reader) for d in disagree}
-    lines = [
-        "| written by | program | " + " | ".join(readers) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in readers) + " |",
-    ]
-    for writer, programs in truth.items():
-        for program, cells in programs.items():
-            row = []
-            for reader in readers:
-                load = cells.get(reader)
-                cell = "" if load is None else (LOADS if load.loads else FAILS)
-                row.append(cell + (DISAGREES if (writer, program, reader) in marked else ""))
-            lines.append(f"| {writer} | `{program}` | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+def stored() -> tuple[dict[str, Any], Truth]:
+    """loads.json and the ground truth it records."""
+    data: dict[str, Any] = json.loads((DATA / "loads.json").read_text())
+    return data, truth_from_json(data)
 
 
-def failures_by_error(truth: Truth) -> list[str]:
-    """Markdown list items: each distinct failure with the (writer -> reader) pairs it hit."""
-    pairs: dict[str, list[str]] = defaultdict(list)
-    for writer, programs in truth.items():
-        for program, readers in programs.items():
-            for reader, load in readers.items():
-                if load.stage is not None:
-                    pairs[f"{load.stage}: `{load.error}`"].append(
-                        f"{writer} `{program}` -> {reader}"
-                    )
-    return [
-        f"- {error} ({len(hits)}): " + ", ".join(hits[:6]) + (", ..." if len(hits) > 6 else "")
-        for error, hits in sorted(pairs.items(), key=lambda item: -len(item[1]))
-    ]
+def our_verdicts(document: bytes) -> dict[str, Ours]:
+    """`app.releases.verdicts` of a document (torch's JSON), by release."""
+    found: dict[str, Ours] = {}
+    for verdict in release_verdicts(schema.load(document)):
+        why = verdict.reasons if not verdict.readable else verdict.ignoring
+        found[verdict.release] = Ours(verdict.readable, "; ".join(why))
+    return found
 
 
-def between_markers(text: str) -> str:
-    """The text between the table's marker comments (ValueError when they are missing)."""
-    if BEGIN not in text or END not in text:
-        raise ValueError("no release table markers")
-    return text.split(BEGIN, 1)[1].split(END, 1)[0]
-
-
-def replace_between_markers(text: str, block: str) -> str:
-    """`text` with the part between the marker comments replaced by `block`."""
-    between_markers(text)
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n{block.strip()}\n{END}{rest.split(END, 1)[1]}"
+def stored_verdicts(truth: Truth) -> dict[tuple[str, str], dict[str, Ours]]:
+    """Our verdict on every stored document."""
+    return {
+        (writer, program): our_verdicts((DATA / writer / f"{program}.json").read_bytes())
+        for writer, programs in truth.items()
+        for program in programs
+    }

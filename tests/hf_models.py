@@ -1,27 +1,17 @@
-"""Real programs for the benchmark: Hugging Face models built from configs, sized to 1-2k nodes.
-
-Real exports carry more metadata per node than the stacked decoder blocks (longer module
-stacks, stack traces, more value types), so parse and dump cost more per node there; each
-model is a small-width config with enough layers for about 1k top-level nodes. Weights are
-random (no hub access: offline mode makes any download fail). The archives are cached next to
-the decoder programs, keyed by torch version and `HF_VERSION`.
-"""
+"""Hugging Face models built from configs with random weights (no hub access: offline mode makes
+any download fail): the families of the real zoo (tests/realzoo.py), each with inputs to run it,
+sized by the bench (bench/hf_programs.py) to about 1k top-level nodes."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from bench.programs import Cache, Program, _document, _save, _size, node_count
-
-#: Bump when the models or their sizes change, so stale archives are not reused.
-HF_VERSION = 1
 VOCAB = 128
 HIDDEN = 32
 HEADS = 2
@@ -47,10 +37,11 @@ class HFModel:
 
     def register(self) -> None:
         """Import the model's module (and so its output types), as loading the archive needs."""
-        getattr(_transformers(), self.model_class)
+        getattr(transformers_module(), self.model_class)
 
 
-def _transformers() -> Any:
+def transformers_module() -> Any:
+    """The transformers package, imported in offline mode (a download fails rather than waits)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import transformers
 
@@ -161,34 +152,5 @@ def build_model(name: str, layers: int) -> nn.Module:
     """The family `name` of `MODELS` with `layers` layers, random weights, in eval mode."""
     for model in MODELS:
         if model.name == name:
-            return model.build(_transformers(), layers).eval()
+            return model.build(transformers_module(), layers).eval()
     raise ValueError(f"no Hugging Face model {name!r}")
-
-
-def hf_program(cache: Cache, model: HFModel) -> Program:
-    """The cached export of one model (exported with its example inputs on a cache miss)."""
-
-    def make(target: Path) -> None:
-        torch.manual_seed(0)
-        module = model.build(_transformers(), model.layers).eval()
-        args, kwargs = model.inputs()
-        _save(torch.export.export(module, args, kwargs, strict=False), target)
-
-    path = cache.archive(f"hf{HF_VERSION}-{model.name}{model.layers}", make)
-    model.register()
-    document = _document(path)
-    nodes = node_count(document)
-    return Program(
-        f"{model.name}-{_size(nodes)}",
-        f"Hugging Face {model.name}, {model.layers} layers, torch.export",
-        nodes,
-        document,
-        path,
-        model.inputs,
-        model.register,
-    )
-
-
-def hf_programs(cache: Cache) -> list[Program]:
-    """Every model of `MODELS`."""
-    return [hf_program(cache, model) for model in MODELS]
