@@ -43,7 +43,7 @@ FAST_LANE := not (server or worker_pool or browser or postgres or s3 or heavy)
 check: lint
 	$(BIN)/pytest -q -m "$(FAST_LANE)"
 
-# The README's UI screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
+# docs/ui.md's screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
 screenshots: $(STAMP)
 	PT2SERDE_SCREENSHOTS=tests/ui/screenshots $(BIN)/pytest -q tests/ui/test_ui.py
 
@@ -68,7 +68,7 @@ bench: $(STAMP)
 
 # Which torch release loads which program: a venv per release under RELEASES_DIR (made when
 # missing: several GB each), real exports and loads in each, checked against our verdicts; writes
-# tests/data/releases/, bench/RELEASES.md and the README's table (bench/releases/run.py); exits 1
+# tests/data/releases/, bench/RELEASES.md and docs/schema.md's table (bench/releases/run.py); exits 1
 # when a verdict disagrees with a real load. About 4 minutes here once the venvs exist.
 RELEASES_DIR ?= $(HOME)/.cache/pt2serde/releases
 RELEASES_WORK ?= /tmp/pt2serde-releases

@@ -481,7 +481,7 @@ def _members(archive: bytes) -> dict[str, Any]:
 
 
 def _outputs_close(a: Any, b: Any) -> bool:
-    from bench.zoo import outputs_close
+    from tests.zoo import outputs_close
 
     return outputs_close(a, b)
 

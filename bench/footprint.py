@@ -15,78 +15,19 @@ from __future__ import annotations
 
 import http.client
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 
 from bench import service
 from bench.programs import Program
 from bench.progress import progress
+from tests.processes import Process, processes
 
 MiB = 1024 * 1024
 #: the target: the service's processes hold less than this in all, idle (1 GB)
 TARGET = 1000 * 1000 * 1000
 #: the memory is settled once its sum has not fallen for this long
 SETTLED_S = 3.0
-
-
-@dataclass(frozen=True)
-class Process:
-    """One process of the server's tree: what it is, its resident and proportional set sizes."""
-
-    pid: int
-    role: str
-    rss: int
-    pss: int
-
-
-def _kib(path: str, field: str) -> int:
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0  # the process is gone
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _role(pid: int, parent_role: str) -> str:
-    cmdline = _cmdline(pid)
-    if not parent_role:
-        return "supervisor"
-    if b"resource_tracker" in cmdline:
-        return "resource tracker"
-    if parent_role == "supervisor":
-        return "HTTP process"
-    if b"forkserver" in cmdline:
-        return "torch worker" if parent_role == "torch forkserver" else "torch forkserver"
-    return "document worker"
-
-
-def processes(root: int) -> list[Process]:
-    """Every live process under `root` (itself included), with its role and memory."""
-    found: list[Process] = []
-    pending = [(root, "")]
-    while pending:
-        pid, parent_role = pending.pop()
-        role = _role(pid, parent_role)
-        rss = _kib(f"/proc/{pid}/status", "VmRSS")
-        if rss:
-            found.append(Process(pid, role, rss, _kib(f"/proc/{pid}/smaps_rollup", "Pss")))
-        for task in Path(f"/proc/{pid}/task").glob("*/children"):
-            try:
-                pending.extend((int(child), role) for child in task.read_text().split())
-            except OSError:
-                continue
-    return found
 
 
 def settle(root: int, limit_s: float) -> list[Process]:

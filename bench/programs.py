@@ -298,7 +298,7 @@ def weights_program(cache: Cache, layers: int, width: int) -> Program:
 
 def zoo_programs(cache: Cache) -> list[Program]:
     """The test zoo's real programs (exported afresh each run: it takes seconds)."""
-    from bench.zoo import build_zoo, register_custom_ops
+    from tests.zoo import build_zoo, register_custom_ops
 
     register_custom_ops()
     programs: list[Program] = []
@@ -312,7 +312,7 @@ def zoo_programs(cache: Cache) -> list[Program]:
         programs.append(
             Program(
                 f"zoo/{name}",
-                "bench.zoo",
+                "tests.zoo",
                 node_count(document),
                 document,
                 path,

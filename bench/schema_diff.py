@@ -2,7 +2,7 @@
 versions, each at most 50 ms (best of 5), checked first against the changes read off the
 release files themselves.
 
-The check is an oracle of its own (bench.schema_changes: removed, added, retyped, re-defaulted
+The check is an oracle of its own (tests/schema/changes.py: removed, added, retyped, re-defaulted
 and reordered fields, enum values and union arms, found by comparing the two files' dicts).
 """
 
@@ -18,7 +18,7 @@ from bench.cases import Measured, time_ours
 from bench.isolate import ChildFailed, Zygote
 from bench.measure import CheckFailed
 from bench.plan import Plan
-from bench.schema_changes import changes_of, expected_changes
+from tests.schema.changes import changes_of, expected_changes
 
 #: torch's schema.yaml of every release, kept in the repository as test data.
 HISTORY = Path(__file__).resolve().parents[1] / "tests" / "data" / "torch-schema-history"

@@ -40,6 +40,7 @@ from app.cli.serve import STOP_MARGIN_S
 from app.settings import Settings
 from bench.measure import reset_peak, status_kib
 from bench.progress import progress
+from tests.processes import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON = {"Content-Type": "application/json"}
@@ -190,14 +191,6 @@ def _kill_group(server: Server) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(server.process.pid, signal.SIGKILL)
     server.process.wait()
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, gone but not yet waited for, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _post(server: Server, method: str, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:

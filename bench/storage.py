@@ -33,8 +33,8 @@ from app.registry.blobs.local import LocalObjects
 from app.registry.ingest import Candidate
 from app.registry.store import Registry
 from app.settings import MiB, Settings
-from bench import seaweed
 from bench.progress import progress
+from tests.registry import seaweed_server
 
 #: a pull or push slower than this share of the raw rate fails the row
 FLOOR = 0.8
@@ -235,7 +235,7 @@ def bench_section(megabytes: int = 200) -> tuple[str, bool]:
         _big(megabytes, big)
         series = _series(work)
         results = {"local": _one_backend("local", "", big, series, work)}
-        with seaweed.running():
+        with seaweed_server.running():
             results["SeaweedFS (S3)"] = _one_backend("s3", "s3://bench/registry", big, series, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

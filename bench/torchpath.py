@@ -144,7 +144,7 @@ def _reference(program: Program) -> Any:
 
 def _same_outputs(program: Program, expected: Any, archive: Path, who: str) -> None:
     """CheckFailed unless torch loads `archive` and it computes what the input program does."""
-    from bench.zoo import outputs_close
+    from tests.zoo import outputs_close
 
     args, kwargs = program.inputs()
     try:
@@ -261,7 +261,7 @@ def measure_http(program: Program, runs: int, work: Path) -> Measured:
 def _warm(server: Any, body: bytes, target: Path) -> None:
     """Requests until every HTTP process of the server has started its torch pool (each has
     its own; which process a connection lands on is the kernel's choice), at most 8."""
-    from bench.footprint import processes
+    from tests.processes import processes
 
     for _ in range(8):
         _deserialize_over_http(server, body, target)
@@ -272,7 +272,7 @@ def _warm(server: Any, body: bytes, target: Path) -> None:
 
 def _tree_cpu(root: int) -> float:
     """CPU seconds (user + system) the live processes under `root` have used."""
-    from bench.footprint import processes
+    from tests.processes import processes
 
     total = 0
     for process in processes(root):

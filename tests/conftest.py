@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from app.workers.pool import WorkerPool
-from bench.zoo import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
+from tests.zoo import PROGRAM_NAMES, ZooProgram, cached_zoo, torch_json
 
 if TYPE_CHECKING:
     from tests.realzoo import RealProgram

@@ -26,10 +26,10 @@ from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
-from bench.hf_programs import build_model
-from bench.zoo import ZooProgram, outputs_close
-from bench.zoo import _run_decompositions as run_decompositions
+from tests.hf_models import build_model
 from tests.realzoo_ops import register_real_ops
+from tests.zoo import ZooProgram, outputs_close
+from tests.zoo import _run_decompositions as run_decompositions
 
 #: modules a torch worker must import for the zoo's operator namespaces with kernels: our custom
 #: op, and torch's own quantized_decomposed, which torch registers only when it is imported.

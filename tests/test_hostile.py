@@ -17,7 +17,6 @@ from app.programs.findings import Finding
 from app.registry.errors import RegistryFailure
 from app.registry.store import Registry
 from app.settings import Settings
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
 from schema import Issue, SchemaError
 from tests.hostile import (
     HOSTILE,
@@ -28,6 +27,7 @@ from tests.hostile import (
     with_sample_inputs,
 )
 from tests.registry.conftest import InProcessTorch, sample_inputs_of, stored_files
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
 
 SETTINGS = Settings()
 

@@ -22,8 +22,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 import schema
-from bench.zoo import build_program, torch_json
 from tests.conftest import ROOT
+from tests.zoo import build_program, torch_json
 
 #: Modules the base install must not pull in (they belong to the extras).
 EXTRA_MODULES = ("torch", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg")

@@ -15,7 +15,7 @@ from torch._higher_order_ops.print import print as torch_print
 import schema
 from app.programs.screen import PRINT_TARGET, screen
 from app.settings import Settings
-from bench.zoo import torch_json
+from tests.zoo import torch_json
 
 LIMITS = Settings().limits
 

@@ -30,7 +30,6 @@ from app.programs.expr_grammar import MAX_OPERANDS, TOKEN
 from app.programs.findings import Level, Report
 from app.settings import Settings
 from app.workers.torch import TorchPool
-from bench.zoo import archive_bytes, torch_json
 from tests.conftest import ROOT
 from tests.progs.test_canonical import torch_canonical
 from tests.realzoo import (
@@ -40,6 +39,7 @@ from tests.realzoo import (
     RealProgram,
     same_outputs,
 )
+from tests.zoo import archive_bytes, torch_json
 
 # Default settings but for the operator namespaces with kernels, which only a deployment can
 # name: the zoo's custom op and torch's quantized_decomposed. Nothing names the zoo's user

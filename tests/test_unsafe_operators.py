@@ -20,7 +20,7 @@ from app.programs.screen import (
     target_problem,
 )
 from app.settings import Settings
-from bench.zoo import torch_json
+from tests.zoo import torch_json
 
 
 def _extent(t: torch.Tensor) -> int:

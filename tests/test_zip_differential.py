@@ -7,8 +7,8 @@ import io
 import zipfile
 from pathlib import Path
 
-from bench.zoo import ZooProgram, archive_bytes
 from tests.hostile import HOSTILE, SAMPLE_INPUTS, consume, evil_pickle
+from tests.zoo import ZooProgram, archive_bytes
 
 
 def test_torch_reads_the_hidden_directory_and_runs_its_pickle(

@@ -13,7 +13,7 @@ import torch
 from torch._export.serde import serialize as torch_serde
 from torch.export.graph_signature import InputKind, OutputKind
 
-from bench.zoo import (
+from tests.zoo import (
     DYNAMIC_BATCH_MAX,
     DYNAMIC_BATCH_MIN,
     DYNAMIC_FEAT_MAX,
@@ -180,7 +180,7 @@ def test_custom_op_archive_loads_in_fresh_process(tmp_path: Path) -> None:
     script = f"""
 import sys
 import torch
-from bench.zoo import outputs_close, register_custom_ops
+from tests.zoo import outputs_close, register_custom_ops
 register_custom_ops()
 register_custom_ops()
 ep = torch.export.load({str(archive)!r})

@@ -1,15 +1,14 @@
-"""The `pt2serde` command. Exit codes: 0 ok, 1 invalid input, 2 usage error, 3 an extra is missing.
-
-The document commands need only the base install; deserialize and validate --level torch need
-`pt2serde[torch]`, serve and the registry commands `pt2serde[server]`.
+"""The `pt2serde` command: `DESCRIPTION` is what `pt2serde --help` says to its user.
 
 Each command group is a module with a `register(sub, shared)` that adds its subcommands; a new
-group is one module added to `GROUPS`.
+group is one module added to `GROUPS`. Help texts are for the user: a note for developers goes in
+a comment or in docs/ (tests/cli/test_help.py checks every --help).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -33,10 +32,42 @@ __all__ = ["EXIT_INVALID", "EXIT_MISSING_EXTRA", "EXIT_OK", "EXIT_USAGE", "build
 #: The command group modules, in the order `pt2serde --help` lists them.
 GROUPS = (serve, programs, registry, manage, schemas, admin, storage)
 
+DESCRIPTION = """\
+Check, convert, compare and store PyTorch exported programs (.pt2 archives and their JSON
+documents) without unpickling or running what they hold.
+
+The document commands need only the base install; deserialize and validate --level torch need
+pt2serde[torch], serve and the registry commands pt2serde[server].
+Most commands take --json for machine-readable output. Exit codes: 0 ok, 1 invalid input,
+2 usage error, 3 an extra is missing. `pt2serde COMMAND --help` lists a command's options."""
+
+
+def version() -> str:
+    """What `pt2serde --version` prints: the installed distribution and the schema it writes."""
+    return (
+        f"pt2serde {importlib.metadata.version('pt2serde')} "
+        f"(writes torch export schema {schema.format_version(schema.CURRENT)})"
+    )
+
+
+class _Version(argparse.Action):
+    """--version, looked up only when asked (every other command would pay the metadata scan)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(version() + "\n")
+        parser.exit()
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = Parser(prog="pt2serde", description=__doc__)
+    parser = Parser(
+        prog="pt2serde",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the version and the schema it writes"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     # every command takes --progress (those with nothing long to report accept and ignore it)
     shared = Parser(add_help=False)

@@ -4,7 +4,7 @@ Each release's venv exports the programs of export_programs.py; each release's v
 every saved program (load_programs.py, one process per reader). The real loads are the ground
 truth; pt2serde's verdict on each document (`app.releases.verdicts`) is compared with them. The
 documents and the truth go to tests/data/releases/ (tests/releases/ pins them without venvs), the
-table to bench/RELEASES.md and the README's "Which torch reads what".
+table to bench/RELEASES.md and docs/schema.md's "Which torch reads what".
 """
 
 from __future__ import annotations
@@ -24,29 +24,31 @@ from typing import Any
 
 from app.releases.generate import RELEASES
 from bench.progress import progress
-from bench.releases import ours
 from bench.releases.matrix import (
     BEGIN,
     END,
-    Load,
-    Ours,
-    Truth,
     between_markers,
-    disagreements,
     failures_by_error,
     parse_lines,
     render_table,
     replace_between_markers,
-    truth_from_json,
-    truth_to_json,
 )
 from bench.releases.venvs import ensure
+from tests.releases.record import (
+    DATA,
+    Load,
+    Ours,
+    Truth,
+    disagreements,
+    stored,
+    stored_verdicts,
+    truth_to_json,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-DATA = ROOT / "tests" / "data" / "releases"
 RESULTS = ROOT / "bench" / "RELEASES.md"
-README = ROOT / "README.md"
+SCHEMA_DOC = ROOT / "docs" / "schema.md"
 EXPORT_TIMEOUT = 900
 LOAD_TIMEOUT = 1200
 HOW = (
@@ -170,23 +172,8 @@ def store(
     (DATA / "loads.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
-def stored() -> tuple[dict[str, Any], Truth]:
-    """loads.json and the ground truth it records."""
-    data: dict[str, Any] = json.loads((DATA / "loads.json").read_text())
-    return data, truth_from_json(data)
-
-
-def stored_verdicts(truth: Truth) -> dict[tuple[str, str], dict[str, Ours]]:
-    """Our verdict on every stored document."""
-    return {
-        (writer, program): ours.verdicts((DATA / writer / f"{program}.json").read_bytes())
-        for writer, programs in truth.items()
-        for program in programs
-    }
-
-
 def table_block(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[str, Ours]]) -> str:
-    """What goes between the markers, in RELEASES.md and the README alike."""
+    """What goes between the markers, in RELEASES.md and docs/schema.md alike."""
     disagree = disagreements(truth, verdicts)
     readers = list(data["torch"])
     checked = (
@@ -230,12 +217,12 @@ def results_text(data: dict[str, Any], truth: Truth, verdicts: dict[Any, dict[st
 
 
 def publish() -> int:
-    """Write RELEASES.md and the README's table from tests/data/releases; disagreements found."""
+    """Write RELEASES.md and docs/schema.md's table from the record; the disagreements found."""
     data, truth = stored()
     verdicts = stored_verdicts(truth)
     RESULTS.write_text(results_text(data, truth, verdicts))
-    README.write_text(
-        replace_between_markers(README.read_text(), table_block(data, truth, verdicts))
+    SCHEMA_DOC.write_text(
+        replace_between_markers(SCHEMA_DOC.read_text(), table_block(data, truth, verdicts))
     )
     print(between_markers(RESULTS.read_text()))
     return len(disagreements(truth, verdicts))

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from bench.zoo import archive_bytes, torch_json
 from tests.registry.conftest import rewrite_member
+from tests.zoo import archive_bytes, torch_json
 
 
 def million_keys_document(keys: int = 1_000_000) -> bytes:

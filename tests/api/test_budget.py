@@ -32,8 +32,8 @@ from torch import nn
 from app.archive import manifest, open_archive
 from app.settings import Settings
 from app.tensors.safetensors_io import from_safetensors
-from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server
+from tests.zoo import ZooProgram, archive_bytes
 
 MiB = 1024 * 1024
 BUDGET = 64 * MiB

@@ -14,9 +14,9 @@ import pytest
 from app.jobs import torch as jobs
 from app.settings import Settings
 from app.workers import documents
-from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import Server, start_server, stop_server, upload_leftovers
 from tests.bridge.test_torch_path import _corrupt
+from tests.zoo import ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
 NAMES = ("conv", "linear_bn_train")

@@ -16,7 +16,7 @@ from app.api import direct
 from app.api.direct import DirectValidate
 from app.main import create_app
 from app.settings import Settings
-from bench.zoo import PROGRAM_NAMES, ZooProgram, torch_json
+from tests.zoo import PROGRAM_NAMES, ZooProgram, torch_json
 
 JSON = {"Content-Type": "application/json"}
 SETTINGS = Settings(document_workers=1, workers=1, document_workers_at_start=False)

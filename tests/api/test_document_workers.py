@@ -24,7 +24,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.workers.admission import Admission
 from app.workers.documents import DocumentRunner
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
 JSON = {"Content-Type": "application/json"}

@@ -10,8 +10,8 @@ import zipfile
 import orjson
 import pytest
 
-from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import Server, upload_leftovers
+from tests.zoo import ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
 

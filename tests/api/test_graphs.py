@@ -20,8 +20,8 @@ from app.programs.inspect.graph_view import program_graph
 from app.registry.store import Registry
 from app.settings import Settings
 from app.workers import graphs
-from bench.zoo import ZooProgram, archive_bytes, torch_json
 from tests.registry.conftest import InProcessTorch
+from tests.zoo import ZooProgram, archive_bytes, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
 JSON = {"Content-Type": "application/json"}

@@ -16,13 +16,13 @@ import httpx
 import pytest
 
 from app.http.problems import CATALOGUE
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, stop_server, upload_leftovers
 from tests.archive.zipcraft import rezip
 from tests.fuzz.audit_hook import read_events
 from tests.fuzz.launch import start_audited_server
 from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, Hostile, with_sample_inputs
 from tests.registry.conftest import sample_inputs_of, stored_files
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 #: The four operations, and a push to the registry (which validates at level torch first).
 ENDPOINTS = ("serialize", "validate", "canonicalize", "deserialize", "registry")

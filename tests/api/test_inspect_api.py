@@ -11,9 +11,9 @@ import pytest
 
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import Server
 from tests.cli.test_cli import run
+from tests.zoo import ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
 REQUESTS = [
@@ -68,6 +68,6 @@ def test_cli_inspect(tmp_path: Path, zoo: dict[str, ZooProgram]) -> None:
     (tmp_path / "shared.pt2").write_bytes(archive_bytes(zoo["shared_sub"].ep))
     tree = run("inspect", "shared.pt2", cwd=tmp_path)
     assert tree.returncode == 0, tree.stderr
-    assert "sub  bench.zoo.Sub  calls=2" in tree.stdout
+    assert "sub  tests.zoo.Sub  calls=2" in tree.stdout
     ops_json = run("inspect", "shared.pt2", "--view", "operators", "--json", cwd=tmp_path)
     assert orjson.loads(ops_json.stdout)["view"] == "operators"

@@ -18,9 +18,9 @@ import torch
 
 from app.http.uploads import MAX_PART_HEADER_BYTES
 from app.settings import Settings
-from bench.zoo import archive_bytes
 from tests.api.conftest import Server, upload_leftovers
 from tests.registry.conftest import rewrite_member
+from tests.zoo import archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
 JSON = {"Content-Type": "application/json"}

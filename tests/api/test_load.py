@@ -16,8 +16,8 @@ import torch
 
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import ZooProgram, archive_bytes, torch_json
 from tests.api.conftest import Server
+from tests.zoo import ZooProgram, archive_bytes, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
 JSON = {"Content-Type": "application/json"}

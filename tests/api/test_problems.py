@@ -15,8 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from bench.zoo import ZooProgram, archive_bytes, torch_json
 from tests.api.conftest import SERVER_ENV, Server, upload_leftovers
+from tests.zoo import ZooProgram, archive_bytes, torch_json
 
 LIMIT = int(SERVER_ENV["PT2SERDE_MAX_UPLOAD_BYTES"])
 

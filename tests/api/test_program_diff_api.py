@@ -9,9 +9,9 @@ import httpx
 import pytest
 import torch
 
-from bench.zoo import archive_bytes
 from tests.api.conftest import Server
 from tests.cli.test_cli import run
+from tests.zoo import archive_bytes
 
 
 class _Two(torch.nn.Module):

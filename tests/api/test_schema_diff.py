@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 import schema
-from bench.zoo import ZooProgram, torch_json
 from tests.api.conftest import Server
 from tests.cli.test_cli import run
+from tests.zoo import ZooProgram, torch_json
 
 
 @pytest.fixture(scope="module")

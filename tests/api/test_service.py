@@ -14,8 +14,8 @@ import torch
 import schema
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 from tests.api.conftest import Server, upload_leftovers
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
 JSON = {"Content-Type": "application/json"}

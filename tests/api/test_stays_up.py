@@ -21,11 +21,11 @@ import httpx
 import pytest
 import torch
 
-from bench import mixed
-from bench.zoo import archive_bytes, torch_json
 from tests.api.attacks import chain_program, many_parts, million_keys_document
 from tests.api.conftest import Server, start_server, stop_server
 from tests.api.test_limits_http import max_archive
+from tests.load import mix, run
+from tests.zoo import archive_bytes, torch_json
 
 MiB = 1024 * 1024
 BUDGET = 64 * MiB
@@ -366,15 +366,15 @@ def test_a_trickled_body_is_cut_off(deployed: Deployed, head: bytes) -> None:
 
 
 def test_a_mixed_load_gets_no_server_error(deployed: Deployed) -> None:
-    """The mixed load of bench/mixed.py, bounded (`make bench` runs it for 60 s): 16 clients
+    """The mixed load of tests/load.py, bounded (`make bench` runs it for 60 s): 16 clients
     mixing validate at every level, canonicalize and registry pushes of a small and a large
     program."""
     program = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
     large_doc, large_zip = chain_program(2000)
-    calls = mixed.mix(torch_json(program), archive_bytes(program), large_doc, large_zip)
+    calls = mix(torch_json(program), archive_bytes(program), large_doc, large_zip)
     url = httpx.URL(deployed.server.url)
     assert url.port is not None
-    load = mixed.run(url.host, url.port, calls, clients=16, window=LOAD_S, max_requests=3000)
+    load = run(url.host, url.port, calls, clients=16, window=LOAD_S, max_requests=3000)
     assert (load.server_errors, load.lost[:3]) == (0, []), (load.statuses(), load.failures)
     # every kind of request was made, and answered as it should be
     assert {label for label, _, _ in load.done} == {call.label for call in calls}

@@ -10,8 +10,8 @@ import pytest
 
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
 

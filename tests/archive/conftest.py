@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 GiB = 1024**3
 BOMB_SEGMENT = 16 * 1024 * 1024

@@ -28,9 +28,9 @@ from app.archive.pickle_machine import Machine
 from app.archive.pickle_symbols import OPCODE_NAMES, PickleRefused, Survey
 from app.archive.pickles import TORCH_OPCODES, check_torch_save, imports, rules
 from app.settings import Limits
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.archive.zipcraft import rezip
 from tests.hostile import decoy_pickle, torch_save_zip
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 LIMITS = Limits()
 SAMPLE_PREFIX = "archive/data/sample_inputs/"

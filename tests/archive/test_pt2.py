@@ -17,9 +17,9 @@ from torch.testing._internal.two_tensor import TwoTensor
 
 from app.archive import ArchiveFailure, ZipReader, manifest, open_archive
 from app.settings import Limits
-from bench.zoo import ZooProgram, archive_bytes
 from schema import Issue
 from tests.archive.zipcraft import FIXED_TIME, build, rezip, stored
+from tests.zoo import ZooProgram, archive_bytes
 
 WEIGHTS_CONFIG = "archive/data/weights/model_weights_config.json"
 CONSTANTS_CONFIG = "archive/data/constants/model_constants_config.json"

@@ -11,8 +11,8 @@ import torch
 from torch.export.pt2_archive._package import load_pt2, package_pt2
 
 from app.archive import ArchiveFailure, RawTensor, ZipReader, open_archive, write_archive, writer
-from bench.zoo import ZooProgram, archive_bytes, outputs_close
 from schema import ScalarType
+from tests.zoo import ZooProgram, archive_bytes, outputs_close
 
 MiB = 1024 * 1024
 

@@ -13,7 +13,7 @@ import torch
 
 from app.archive import ArchiveFailure, open_archive, write_archive
 from app.archive.raw import Streamed, StreamedTensor
-from bench.zoo import archive_bytes
+from tests.zoo import archive_bytes
 
 MiB = 1024 * 1024
 

@@ -18,7 +18,7 @@ from app.archive import (
     write_archive,
     writer,
 )
-from bench.zoo import PROGRAM_NAMES, ZooProgram, outputs_close, torch_json
+from tests.zoo import PROGRAM_NAMES, ZooProgram, outputs_close, torch_json
 
 LIMIT = 1 << 30
 

@@ -16,10 +16,11 @@ import torch
 
 import schema
 from bench.cases import Measured
-from bench.hf_programs import MODELS, hf_program
+from bench.hf_programs import hf_program
 from bench.measure import CheckFailed, Timing, timed
 from bench.programs import Cache, decoder_inputs, decoder_program, tiled_program
 from bench.report import kept_sections, timing_row
+from tests.hf_models import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_BENCHES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.bridge.exported import SerializedProgram, serialize
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 
 @pytest.fixture(scope="session")

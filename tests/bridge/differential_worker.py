@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bench.zoo import register_custom_ops
+from tests.zoo import register_custom_ops
 
 
 def _graphs(graph: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -13,9 +13,9 @@ import schema
 from app.bridge.checks import TorchCheck, torch_check
 from app.bridge.exported import SerializedProgram, deserialize
 from app.programs.screen import UnsafeProgram
-from bench import zoo as zoo_source
-from bench.zoo import PROGRAM_NAMES, register_custom_ops
 from schema import Issue
+from tests import zoo as zoo_source
+from tests.zoo import PROGRAM_NAMES, register_custom_ops
 
 Edit = Callable[[dict[str, Any]], None]
 

@@ -28,8 +28,8 @@ import torch
 from app.programs import opset
 from app.programs.validation import validate_bytes
 from app.settings import Settings
-from bench.zoo import PROGRAM_NAMES, archive_bytes
 from tests.realzoo import VOCAB, tiny_hf_model
+from tests.zoo import PROGRAM_NAMES, archive_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 Doc = dict[str, Any]

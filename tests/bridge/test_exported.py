@@ -29,8 +29,8 @@ from app.bridge.exported import (
 )
 from app.bridge.torch_schema import to_torch
 from app.failure import BridgeFailure
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 from schema import Issue, ScalarType, SymIntAsInt
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 
 ROOT = "archive/data"
 

@@ -24,9 +24,9 @@ from app.settings import Settings
 from app.tensors.safetensors_io import to_safetensors
 from app.tensors.sources import TensorSource
 from app.workers.torch import TorchPool
-from bench.zoo import ZooProgram, outputs_close, register_custom_ops
 from schema import Issue
 from tests.bridge import pool_jobs
+from tests.zoo import ZooProgram, outputs_close, register_custom_ops
 
 GiB = 1024**3
 MAX_JOBS = 4

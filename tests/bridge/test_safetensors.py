@@ -23,8 +23,8 @@ from app.tensors.safetensors_io import (
     to_safetensors,
     write_safetensors,
 )
-from bench.zoo import ZooProgram, outputs_close
 from schema import Issue, ScalarType
+from tests.zoo import ZooProgram, outputs_close
 
 
 def _raw(name: str, tensor: torch.Tensor, kind: str = "buffer") -> RawTensor:

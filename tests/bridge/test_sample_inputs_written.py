@@ -18,9 +18,9 @@ from app import operations as ops
 from app.jobs import torch as jobs
 from app.settings import Settings
 from app.tensors.sources import TensorSource
-from bench.zoo import archive_bytes
 from tests.bridge.test_splice import _joined
 from tests.registry.conftest import rewrite_member
+from tests.zoo import archive_bytes
 
 SETTINGS = Settings()
 SAMPLES = "/data/sample_inputs/model.pt"

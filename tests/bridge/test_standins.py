@@ -33,9 +33,9 @@ from app.programs.torch_check import TorchCheck
 from app.settings import Settings
 from app.tensors.sources import TensorSource
 from app.workers.torch import TorchPool
-from bench.zoo import PROGRAM_NAMES, outputs_close
 from tests.bridge import pool_jobs
 from tests.realzoo import VOCAB, tiny_hf_model
+from tests.zoo import PROGRAM_NAMES, outputs_close
 
 # ---------------------------------------------------------------- user types and programs
 

@@ -23,7 +23,7 @@ from app.jobs.output import durable
 from app.tensors.sources import TensorSource
 from app.tensors.views import MappedTensor
 from app.workers import torch as torch_workers
-from bench.zoo import ZooProgram, torch_json
+from tests.zoo import ZooProgram, torch_json
 
 
 def _source(path: Path) -> TensorSource:

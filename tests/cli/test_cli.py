@@ -15,8 +15,8 @@ import torch
 import schema
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import ZooProgram, archive_bytes, outputs_close, torch_json
 from tests.conftest import ROOT
+from tests.zoo import ZooProgram, archive_bytes, outputs_close, torch_json
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from app.cli import main
-from bench.zoo import ZooProgram, archive_bytes, outputs_close, torch_json
 from tests.api.conftest import Server, start_server, stop_server
 from tests.realzoo import VOCAB, tiny_hf_model
+from tests.zoo import ZooProgram, archive_bytes, outputs_close, torch_json
 
 #: The upload limit of this file's server: one zoo archive fits, two together do not.
 UPLOAD_LIMIT = 20_000

@@ -11,8 +11,8 @@ import orjson
 import pytest
 import torch
 
-from bench.zoo import ZooProgram, archive_bytes, outputs_close
 from tests.cli.test_cli import run
+from tests.zoo import ZooProgram, archive_bytes, outputs_close
 
 
 @pytest.fixture(scope="module")

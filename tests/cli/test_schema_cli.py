@@ -9,7 +9,7 @@ import pytest
 
 import schema
 from app.cli import EXIT_INVALID, EXIT_OK, main
-from bench.zoo import build_program, torch_json
+from tests.zoo import build_program, torch_json
 
 
 @pytest.fixture(scope="module")

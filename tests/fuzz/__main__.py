@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.zoo import cached_zoo
 from tests.api.conftest import SERVER_ENV, start_server, stop_server, upload_leftovers
 from tests.fuzz.campaign import Defect, run_campaign
 from tests.fuzz.mutants import ENDPOINTS, Mutant, build_corpus
+from tests.zoo import cached_zoo
 
 
 def _say(line: str) -> None:

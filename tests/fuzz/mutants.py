@@ -16,10 +16,10 @@ import orjson
 
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, torch_json
 from tests.fuzz import jsonmut, zipmut
 from tests.fuzz.jsonmut import Context
 from tests.fuzz.zipmut import Entry
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, torch_json
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.zoo import ZooProgram
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server, upload_leftovers
 from tests.fuzz.campaign import judge, run_campaign
 from tests.fuzz.mutants import Corpus, build_corpus, make_mutant
+from tests.zoo import ZooProgram
 
 SEED = 20261122
 MUTANTS = 3000

@@ -14,7 +14,6 @@ import httpx
 import pytest
 import torch
 
-from bench.zoo import archive_bytes
 from tests.api.conftest import SERVER_ENV, Server, start_server, stop_server, upload_leftovers
 from tests.fuzz.campaign import judge
 from tests.fuzz.framing import (
@@ -24,6 +23,7 @@ from tests.fuzz.framing import (
     path_requests,
     range_requests,
 )
+from tests.zoo import archive_bytes
 
 SEED = 20261123
 MULTIPART_REQUESTS = 240

@@ -1,1 +1,1 @@
-"""Tests of app.programs (named progs so as not to read as a zoo of programs: bench/zoo.py)."""
+"""Tests of app.programs (named progs so as not to read as the zoo of programs: tests/zoo.py)."""

@@ -20,9 +20,9 @@ import schema
 from app.programs import canonical
 from app.programs.canonical import CanonicalFailure, canonical_bytes, canonicalize
 from app.programs.digest import graph_digest
-from bench.zoo import PROGRAM_NAMES, torch_json
 from schema import Issue
 from tests.progs import twin_a, twin_b
+from tests.zoo import PROGRAM_NAMES, torch_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VALUE_MAPS = (
@@ -547,7 +547,7 @@ import torch
 import schema
 from app.programs.canonical import canonicalize
 from app.programs.digest import graph_digest
-from bench.zoo import torch_json
+from tests.zoo import torch_json
 from tests.progs.twin_b import Twin
 torch.manual_seed(0)
 ep = torch.export.export(Twin(), (torch.randn(2, 4),), strict=False)

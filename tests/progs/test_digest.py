@@ -18,8 +18,8 @@ from app.programs.digest import (
     tensor_digest,
     weights_digest,
 )
-from bench.zoo import torch_json
 from tests.progs import twin_a
+from tests.zoo import torch_json
 
 FLOAT = int(schema.ScalarType.FLOAT)
 A = "a" * 64

@@ -23,7 +23,7 @@ from app.programs.expr import (
     check_guard,
     is_symbol_name,
 )
-from bench.zoo import PROGRAM_NAMES, torch_json
+from tests.zoo import PROGRAM_NAMES, torch_json
 
 S0 = "Symbol('s0', positive=True, integer=True)"
 S53 = "Symbol('s53', positive=True, integer=True)"

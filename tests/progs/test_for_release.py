@@ -12,7 +12,7 @@ import schema
 from app.failure import Failure
 from app.programs.for_release import for_release, resolve
 from app.releases import UnknownRelease, releases, rules
-from bench.releases.run import DATA as MATRIX
+from tests.releases.record import DATA as MATRIX
 
 
 def _doc(raw: bytes, change: Any = None) -> schema.ExportedProgram:

@@ -40,8 +40,8 @@ from app.programs.inspect import (
     stages,
     weights,
 )
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, torch_json
 from schema.models import ExportedProgram as Document
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, torch_json
 
 _LEAFSPEC = re.escape("`isinstance(treespec, LeafSpec)` is deprecated")
 _GET_ATTR = re.escape("Attempted to insert a get_attr Node with no underlying reference")
@@ -343,7 +343,7 @@ class _Support(OperatorSupportBase):
 
 @functools.cache
 def _reloaded(name: str) -> ExportedProgram:
-    from bench.zoo import cached_zoo
+    from tests.zoo import cached_zoo
 
     with _torch_quirks():
         return torch.export.load(io.BytesIO(archive_bytes(cached_zoo()[name].ep)))

@@ -30,14 +30,14 @@ from app.programs.diff import (
 from app.programs.diff.models import OutputMetaChange
 from app.programs.diff.prepared import canonical_graph
 from app.settings import Settings
-from bench.zoo import (
+from tests.progs import twin_a, twin_b
+from tests.zoo import (
     PROGRAM_NAMES,
     ZooProgram,
     _run_decompositions,
     archive_bytes,
     torch_json,
 )
-from tests.progs import twin_a, twin_b
 
 SETTINGS = Settings()
 X = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))

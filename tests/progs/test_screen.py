@@ -17,7 +17,7 @@ from app.programs.findings import Finding
 from app.programs.screen import UnsafeProgram, custom_namespaces, refuse_if_unsafe, screen
 from app.programs.validation import validate_document
 from app.settings import Limits
-from bench.zoo import PROGRAM_NAMES, torch_json
+from tests.zoo import PROGRAM_NAMES, torch_json
 
 SETTINGS = Limits()
 LENIENT = dataclasses.replace(SETTINGS, allow_opaque_pickles=True)

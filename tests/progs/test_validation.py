@@ -22,7 +22,7 @@ from app.programs.validation import (
     validate_document,
 )
 from app.settings import Limits
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 SETTINGS = Limits()
 Mutation = Callable[[dict[str, Any]], None]

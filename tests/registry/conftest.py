@@ -36,9 +36,9 @@ from app.registry.blobs.s3 import S3Objects
 from app.registry.objects import layout_of
 from app.registry.store import Registry
 from app.settings import Settings
-from bench.zoo import ZooProgram, archive_bytes
 from tests.api.conftest import Server, free_port, start_server
 from tests.registry.seaweed import Seaweed, seaweed
+from tests.zoo import ZooProgram, archive_bytes
 
 __all__ = ["seaweed"]
 

@@ -1,5 +1,5 @@
 """A webhook receiver on loopback for the tests: it checks every delivery's signature the way
-the README tells receivers to, and records what arrived and what it answered."""
+docs/registry.md tells receivers to, and records what arrived and what it answered."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ TOLERANCE_S = 300
 
 
 def verify(secret: str, header: str, body: bytes) -> bool:
-    """The README's check: HMAC-SHA256 over "<t>." + body, compared in constant time, fresh."""
+    """docs/registry.md's check: HMAC-SHA256 over "<t>." + body, in constant time, fresh."""
     fields = dict(part.split("=", 1) for part in header.split(","))
     timestamp = int(fields["t"])
     expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)

@@ -1,4 +1,4 @@
-"""The session's SeaweedFS (bench.seaweed starts and stops it) for the S3 blob backend's tests."""
+"""The session's SeaweedFS (seaweed_server.py runs it) for the S3 blob backend's tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.seaweed import Seaweed, running
+from tests.registry.seaweed_server import Seaweed, running
 
 __all__ = ["Seaweed", "seaweed"]
 

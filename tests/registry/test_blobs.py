@@ -17,7 +17,6 @@ from app.registry.ingest import Candidate
 from app.registry.objects import layout_of
 from app.registry.packing import rebuilt
 from app.registry.store import Registry
-from bench.zoo import archive_bytes
 from tests.registry.conftest import (
     Backend,
     InProcessTorch,
@@ -26,6 +25,7 @@ from tests.registry.conftest import (
     rewrite_member,
     stored_files,
 )
+from tests.zoo import archive_bytes
 
 VERSIONS = 10
 

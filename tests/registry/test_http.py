@@ -20,7 +20,6 @@ import torch
 from app import client as registry_client
 from app import operations as ops
 from app.settings import Settings
-from bench.zoo import ZooProgram, outputs_close, torch_json
 from tests.cli.test_cli import run as run_cli
 from tests.registry.conftest import (
     BACKENDS,
@@ -34,6 +33,7 @@ from tests.registry.conftest import (
     variant,
     warm,
 )
+from tests.zoo import ZooProgram, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
 LIMIT = 256 * 1024

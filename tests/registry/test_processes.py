@@ -12,7 +12,6 @@ import httpx
 import pytest
 import torch
 
-from bench.zoo import archive_bytes
 from tests.registry.conftest import (
     BACKENDS,
     Backend,
@@ -26,6 +25,7 @@ from tests.registry.conftest import (
     stop_registry_server,
     variant,
 )
+from tests.zoo import archive_bytes
 
 PUSHERS = 8
 PUSHES_EACH = 2

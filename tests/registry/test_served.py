@@ -17,7 +17,6 @@ from app.archive import RawTensor, open_archive, write_archive
 from app.registry.errors import RegistryFailure
 from app.registry.records import Pushed
 from app.registry.store import Registry
-from bench.zoo import ZooProgram, outputs_close
 from tests.archive.zipcraft import rezip
 from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, consume, with_sample_inputs
 from tests.registry.conftest import (
@@ -27,6 +26,7 @@ from tests.registry.conftest import (
     sample_inputs_of,
     stored_files,
 )
+from tests.zoo import ZooProgram, outputs_close
 
 DROPPED = "sample-inputs-dropped"
 PAYLOADS = sorted(SAMPLE_INPUT_PAYLOADS)

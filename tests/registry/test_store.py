@@ -25,7 +25,6 @@ from app.registry.ingest import Candidate
 from app.registry.records import Pushed, VersionInfo
 from app.registry.store import Registry
 from app.registry.summary import ValueSummary
-from bench.zoo import ZooProgram
 from tests.registry.conftest import (
     Backend,
     InProcessTorch,
@@ -34,6 +33,7 @@ from tests.registry.conftest import (
     stored_files,
     variant,
 )
+from tests.zoo import ZooProgram
 
 
 def push(registry: Registry, name: str, archive: bytes, model: str | None = None) -> Pushed:

@@ -28,7 +28,7 @@ from tests.registry.conftest import (
 )
 
 MiB = 1024 * 1024
-#: what a read may add to the HTTP process's resident set (the README's budget)
+#: what a read may add to the HTTP process's resident set (docs/security.md's budget)
 BUDGET = 64 * MiB
 STEPS = 1500
 

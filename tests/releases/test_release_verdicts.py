@@ -11,9 +11,7 @@ from pathlib import Path
 
 import schema
 from app.releases.generate import RELEASES
-from bench.releases import ours
-from bench.releases.matrix import between_markers, disagreements
-from bench.releases.run import DATA, README, RESULTS, stored, table_block
+from tests.releases.record import DATA, disagreements, stored, stored_verdicts
 
 DATA_, TRUTH = stored()
 
@@ -38,27 +36,10 @@ def test_the_record_covers_every_release_as_writer_and_reader() -> None:
 
 
 def test_every_verdict_is_what_the_release_really_did() -> None:
-    verdicts = {
-        (writer, program): ours.verdicts(_document(writer, program))
-        for writer, programs in TRUTH.items()
-        for program in programs
-    }
+    verdicts = stored_verdicts(TRUTH)
     for key, by_release in verdicts.items():
         assert set(RELEASES) <= set(by_release), f"{key}: no verdict for some release"
     wrong = disagreements(TRUTH, verdicts)
     assert not wrong, f"{len(wrong)} verdict(s) differ from torch:\n" + "\n".join(
         d.line() for d in wrong
     )
-
-
-def test_the_readme_and_releases_md_show_the_recorded_loads() -> None:
-    verdicts = {
-        (writer, program): ours.verdicts(_document(writer, program))
-        for writer, programs in TRUTH.items()
-        for program in programs
-    }
-    block = between_markers(RESULTS.read_text())
-    assert block.strip() == table_block(DATA_, TRUTH, verdicts).strip(), (
-        "bench/RELEASES.md is stale: python -m bench.releases --render"
-    )
-    assert between_markers(README.read_text()) == block, "the README's table is not RELEASES.md's"

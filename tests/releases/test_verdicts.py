@@ -7,7 +7,7 @@ import pytest
 
 import schema
 from app.releases import releases, verdicts
-from bench.releases.run import DATA as MATRIX
+from tests.releases.record import DATA as MATRIX
 from tests.releases.written import document
 
 #: The releases whose `torch.export.load` loaded each written program, from a real load in a

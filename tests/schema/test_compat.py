@@ -14,7 +14,6 @@ import yaml
 
 import schema
 from app.programs.validation import schema_floor
-from bench.zoo import PROGRAM_NAMES
 from schema.compat import (
     document_use,
     newest_used,
@@ -23,6 +22,7 @@ from schema.compat import (
     used_features,
 )
 from schema.jsonschema import description_json_schema
+from tests.zoo import PROGRAM_NAMES
 
 EIGHT_X = [v.version for v in schema.versions() if v.describable]
 

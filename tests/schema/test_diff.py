@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 import schema
-from bench.schema_changes import Change, change_key, changes_of, expected_changes, types_of
 from schema.diff import RULES, check_description
+from tests.schema.changes import Change, change_key, changes_of, expected_changes, types_of
 
 Releases = list[tuple[str, dict[str, Any]]]
 

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 import schema
-from bench.zoo import PROGRAM_NAMES
 from schema._tree import places
+from tests.zoo import PROGRAM_NAMES
 
 #: The module (`schema.downgrade` is the function).
 downgrading = importlib.import_module("schema.downgrade")

@@ -14,10 +14,10 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 import schema
-from bench.zoo import PROGRAM_NAMES
 from schema._base import Arm, arm_tag
 from schema._fast import common_arm_first, fast_validator
 from schema.models import UNIONS, ExportedProgram, GraphSignature, Node
+from tests.zoo import PROGRAM_NAMES
 
 
 def _samples(arm: type[Arm]) -> list[Any]:

@@ -11,7 +11,7 @@ import pytest
 from torch._export.serde.serialize import SerializedArtifact, deserialize, serialize
 
 import schema
-from bench.zoo import PROGRAM_NAMES, ZooProgram, outputs_close
+from tests.zoo import PROGRAM_NAMES, ZooProgram, outputs_close
 
 
 @pytest.mark.parametrize("name", PROGRAM_NAMES)

@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 import schema
-from bench.zoo import PROGRAM_NAMES
 from schema.description import field_wire
+from tests.zoo import PROGRAM_NAMES
 
 Version = tuple[int, int]
 EIGHT_X = [v.version for v in schema.versions() if v.describable]

@@ -10,7 +10,7 @@ import torch
 
 import schema
 from app.programs.inspect.graph_view import ProgramGraph, program_graph
-from bench.zoo import build_program, torch_json
+from tests.zoo import build_program, torch_json
 
 
 def _graph(name: str) -> tuple[torch.export.ExportedProgram, ProgramGraph]:

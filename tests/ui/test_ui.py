@@ -3,7 +3,7 @@ with a registry holding real exported programs (a tiny BERT, a model with torch.
 versions of a small model that differ by one added layer).
 
 Every page is loaded and checked for console errors; screenshots go to pytest's temporary
-directory, or to $PT2SERDE_SCREENSHOTS when set (`make screenshots` rewrites the README's images
+directory, or to $PT2SERDE_SCREENSHOTS when set (`make screenshots` rewrites docs/ui.md's images
 in tests/ui/screenshots/ so).
 The 50,000-node timing runs the graph page on a graph answer of that size (a real BERT's graph
 repeated), so that it measures the browser. The server's part is a file: a stored version's
@@ -30,10 +30,10 @@ from torch import nn
 
 from app.bridge.exported import storage_bytes, tensor_meta
 from app.programs.digest import tensor_digest, weights_digest
-from bench.zoo import archive_bytes, build_program
 from schema.dtypes import DTYPE_NAMES
 from tests.api.conftest import Server, start_server, stop_server
 from tests.realzoo import VOCAB, tiny_hf_model
+from tests.zoo import archive_bytes, build_program
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -113,7 +113,7 @@ def server() -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where screenshots and timings go: $PT2SERDE_SCREENSHOTS, else a temporary directory, so
-    that a test run never rewrites the tracked images the README shows."""
+    that a test run never rewrites the tracked images docs/ui.md shows."""
     chosen = os.environ.get("PT2SERDE_SCREENSHOTS")
     folder = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
     folder.mkdir(parents=True, exist_ok=True)
@@ -524,7 +524,7 @@ def test_large_graph_timing(page: Page, server: Server) -> None:
 
 
 def test_screenshots_written(shots: Path) -> None:
-    """The pages' screenshots are there for a person to look at (README shows two)."""
+    """The pages' screenshots are there for a person to look at (docs/ui.md shows two)."""
     assert shutil.which("chromium") or CHROMIUM.exists()
     for name in ("models", "model", "version", "graph", "diff", "diff-files", "schema", "try"):
         assert (shots / f"{name}.png").stat().st_size > 1000

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.service import alive
 from tests.conftest import ROOT
+from tests.processes import alive
 
 
 def survivors(script: str, marker: Path, within_s: float = 5.0) -> list[int]:

@@ -20,10 +20,9 @@ import orjson
 import pytest
 
 from app.workers.lifeline import WATCH_INTERVAL_S
-from bench.footprint import processes
-from bench.service import alive
 from tests.api.conftest import Server, start_server
 from tests.conftest import ROOT
+from tests.processes import alive, processes
 
 ENV = {
     "PT2SERDE_HTTP_WORKERS": "2",

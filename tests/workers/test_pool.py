@@ -21,11 +21,11 @@ from app.workers.clock import JobClock
 from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool
 from app.workers.torch import TorchPool, torch_spec
-from bench.service import alive
-from bench.zoo import PROGRAM_NAMES
+from tests.processes import alive
 from tests.workers import jobs
 from tests.workers.conftest import spec
 from tests.workers.owner import survivors
+from tests.zoo import PROGRAM_NAMES
 
 
 def _failure(pool: WorkerPool, job: object, *args: object) -> Failure:

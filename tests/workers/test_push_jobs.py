@@ -18,8 +18,8 @@ from app.registry.blobs.staging import Staged
 from app.registry.ingest import prepare
 from app.settings import Settings
 from app.workers import graphs, pushes
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.registry.conftest import InProcessTorch, rewrite_member
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
 

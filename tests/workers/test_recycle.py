@@ -15,7 +15,7 @@ from app.settings import MiB, Settings
 from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool, resident_bytes
 from app.workers.torch import TorchPool, torch_spec
-from bench.service import alive
+from tests.processes import alive
 from tests.workers import jobs
 from tests.workers.conftest import spec
 

@@ -13,20 +13,22 @@ from bench.releases import export_programs, load_programs
 from bench.releases.matrix import (
     BEGIN,
     END,
-    Disagreement,
-    Load,
-    Ours,
     between_markers,
-    disagreements,
     failures_by_error,
     parse_lines,
     render_table,
     replace_between_markers,
-    truth_from_json,
-    truth_to_json,
 )
 from bench.releases.run import RunFailed, collect, document
 from bench.releases.venvs import VenvFailed, ensure, is_release
+from tests.releases.record import (
+    Disagreement,
+    Load,
+    Ours,
+    disagreements,
+    truth_from_json,
+    truth_to_json,
+)
 
 FAILED = Load("load", "SerializeError <- SerializeError: We failed to resolve aten.qr")
 

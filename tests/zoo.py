@@ -1,4 +1,4 @@
-"""A zoo of small real programs exported with torch.export: test fixtures and bench programs."""
+"""A zoo of small real programs exported with torch.export: test fixtures, and bench programs."""
 
 from __future__ import annotations
 

