@@ -86,8 +86,8 @@ def create_webhook(
 ) -> hooks.CreatedSubscription:
     """Subscribe a URL to registry events; the answer holds the signing secret, shown once.
 
-    Each delivery is a signed POST (see `X-Pt2serde-Signature` in docs/registry.md): HMAC-SHA256 with
-    the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx.
+    Each delivery is a signed POST (see `X-Pt2serde-Signature` in docs/registry.md):
+    HMAC-SHA256 with the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx.
     Loopback, private and link-local destinations are refused unless the operator allows them.
     A model's webhooks need `manage` on it; global ones need an admin."""
     if body.model is not None:

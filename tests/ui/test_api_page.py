@@ -42,7 +42,9 @@ def test_the_api_page_works_with_no_other_origin(served: Server) -> None:
 
     operations = {
         (method, path)
-        for path, item in httpx.get(f"{served.url}/openapi.json", timeout=60).json()["paths"].items()
+        for path, item in httpx.get(f"{served.url}/openapi.json", timeout=60)
+        .json()["paths"]
+        .items()
         for method in item
     }
     with sync_api.sync_playwright() as playwright:
