@@ -87,7 +87,8 @@ def create_webhook(
     """Subscribe a URL to registry events; the answer holds the signing secret, shown once.
 
     Each delivery is a signed POST (see `X-Pt2serde-Signature` in docs/registry.md):
-    HMAC-SHA256 with the secret over ``"<t>." + body``, retried with backoff until the receiver answers 2xx.
+    HMAC-SHA256 with the secret over ``"<t>." + body``, retried with backoff until the receiver
+    answers 2xx.
     Loopback, private and link-local destinations are refused unless the operator allows them.
     A model's webhooks need `manage` on it; global ones need an admin."""
     if body.model is not None:
