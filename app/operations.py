@@ -28,7 +28,7 @@ from app.failure import Failure, problem_code
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
 from app.programs.bounds import check_bounds
-from app.programs.canonical import canonical_bytes, canonicalize
+from app.programs.canonical import canonical_bytes, stable_form
 from app.programs.digest import Digests, graph_digest_of, tensor_digest, weights_digest
 from app.programs.findings import Finding, Level, Report
 from app.programs.for_release import for_release
@@ -316,7 +316,7 @@ def canonical(source: Source, settings: Settings, model: str | None = None) -> C
     """Canonical document bytes, graph digest, weights digest (streamed) and program digest."""
     refuse_disallowed_pickles(source, settings)
     document = read_document(source, model, settings)
-    data = canonical_bytes(canonicalize(document.doc))
+    data = canonical_bytes(stable_form(document.doc))
     return Canonical(
         document.name,
         data,

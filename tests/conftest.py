@@ -77,6 +77,9 @@ HEAVY: dict[str, str] = {
         "torch loads what is served in a fresh process"
     ),
     "tests/api/test_inspect_api.py::test_cli_inspect": "the command in child interpreters",
+    "tests/progs/test_round_trip_digest.py::test_real_digest_survives_round_trip": (
+        "exports Hugging Face models and round-trips each three ways"
+    ),
     "tests/progs/test_expr.py::test_live_exports_are_accepted_and_agree_with_sympy": (
         "exports programs with torch"
     ),

@@ -31,6 +31,23 @@ metadata, specs that do not match the graph) a `CanonicalFailure` says so.
 
 Unknown keys from a newer schema minor are kept where they are. The result shares the input's
 unchanged sub-models; the input is never mutated.
+
+`stable_form` is the form a program's digest names: the canonical form with what torch's own
+``torch.export.load`` + ``torch.export.save`` does not keep settled, so that every round trip
+through torch (or through us, who write what torch would) gives the same bytes:
+
+- each value's ``storage_offset`` is 0: the loader makes every value's fake tensor with
+  ``empty_strided`` from sizes and strides alone (``deserialize_tensor_meta``), so an offset
+  written at export (a slice of a fused qkv, an unbacked ``u0 - 1``) is never read back;
+- a range whose symbol the graph no longer names is dropped, as the loader drops it
+  (`app.programs.semantics.unused_ranges`; an unbacked symbol only an offset named goes too);
+- node names are left out: the loader renames nodes (``<target>_unused`` for one whose output
+  is none, fx's de-duplicating suffixes), no value refers to a node by name, and the canonical
+  names of the values the nodes define are kept;
+- ``torch_version`` is left out: a load + save under another torch writes its own.
+
+What the digest must still tell apart (an operator, an argument, a shape, a dtype, a stride,
+a weight) is untouched.
 """
 
 from __future__ import annotations
@@ -49,6 +66,7 @@ from app.failure import Failure, ProblemCode
 from app.programs.bounds import digit_runs
 from app.programs.graph import VALUE_MAPS, leaves, scope
 from app.programs.rename import copy_model, new_arm, renamed, with_field
+from app.programs.semantics import unused_ranges
 from schema import Issue, dump
 from schema.errors import pointer
 from schema.io import dump_sorted, no_cycle_collection
@@ -78,9 +96,11 @@ from schema.models import (
     OutputSpecToken,
     OutputSpecUserInputMutation,
     OutputSpecUserOutput,
+    SymIntAsInt,
+    TensorMeta,
 )
 
-__all__ = ["CanonicalFailure", "canonical_bytes", "canonicalize"]
+__all__ = ["CanonicalFailure", "canonical_bytes", "canonicalize", "stable_form"]
 
 M = TypeVar("M", bound=BaseModel)
 _Path = list[str | int]
@@ -459,6 +479,68 @@ def _canonical_program(doc: ExportedProgram, frozen: frozenset[str]) -> Exported
             "guards_code": sorted(doc.guards_code),
         }
     )
+
+
+# ---------------------------------------------------------------- stable form
+
+_ZERO_OFFSET = SymIntAsInt(as_int=0)
+
+
+def stable_form(doc: ExportedProgram, *, constants: Collection[str] = ()) -> ExportedProgram:
+    """The canonical form with what torch's load + save does not keep settled (see the module's
+    docstring): the form the graph digest names."""
+    canonical = canonicalize(doc, constants=constants)
+    with no_cycle_collection():
+        gm = canonical.graph_module
+        settled = canonical.model_copy(
+            update={
+                "graph_module": gm.model_copy(update={"graph": _settled_graph(gm.graph, {})}),
+                "torch_version": "",
+            }
+        )
+        dropped = set(unused_ranges(settled))
+        if dropped:
+            ranges = {k: v for k, v in settled.range_constraints.items() if k not in dropped}
+            settled = with_field(settled, "range_constraints", ranges)
+        return settled
+
+
+def _settled_graph(graph: Graph, metas: dict[int, TensorMeta]) -> Graph:
+    """The graph (subgraphs too) with offsets 0 and node names left out; `metas` keeps one
+    settled copy of each shared TensorMeta."""
+    nodes = []
+    for node in graph.nodes:
+        inputs = [
+            with_field(
+                named,
+                "arg",
+                new_arm(
+                    ArgumentAsGraph,
+                    "as_graph",
+                    with_field(
+                        named.arg.as_graph,
+                        "graph",
+                        _settled_graph(named.arg.as_graph.graph, metas),
+                    ),
+                ),
+            )
+            if type(named.arg) is ArgumentAsGraph
+            else named
+            for named in node.inputs
+        ]
+        nodes.append(copy_model(node, {"inputs": inputs, "name": None}))
+    values = {name: _settled_meta(meta, metas) for name, meta in graph.tensor_values.items()}
+    return copy_model(graph, {"nodes": nodes, "tensor_values": values})
+
+
+def _settled_meta(meta: TensorMeta, metas: dict[int, TensorMeta]) -> TensorMeta:
+    offset = meta.storage_offset
+    if isinstance(offset, SymIntAsInt) and offset.as_int == 0:
+        return meta
+    settled = metas.get(id(meta))
+    if settled is None:
+        settled = metas[id(meta)] = copy_model(meta, {"storage_offset": _ZERO_OFFSET})
+    return settled
 
 
 # ---------------------------------------------------------------- bytes

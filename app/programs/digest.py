@@ -3,7 +3,8 @@
 All digests are lowercase sha256 hex. Each hashed stream starts with its own versioned tag, so
 a digest of one kind can never equal a digest of another kind over the same bytes.
 
-- graph digest: sha256 of `canonical_bytes` of the canonical document.
+- graph digest: sha256 of `canonical_bytes` of the document's `stable_form` (its canonical
+  form with what torch's own load + save does not keep settled, so every round trip keeps it).
 - tensor digest: sha256 of ``b"pt2serde-tensor-v1\\0"`` then the header
   ``dtype=<int>;sizes=<a,b,...>;strides=<a,b,...>;offset=<int>\\n`` (decimal ASCII, dtype the
   ScalarType number) then the stored bytes, streamed chunk by chunk.
@@ -49,7 +50,7 @@ class DigestFailure(Failure):
 
 
 def graph_digest(canonical_doc: ExportedProgram) -> str:
-    """sha256 hex of the canonical bytes; pass the output of `canonicalize`."""
+    """sha256 hex of the canonical bytes; pass the output of `stable_form`."""
     return graph_digest_of(canonical_bytes(canonical_doc))
 
 

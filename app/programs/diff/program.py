@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.programs.canonical import canonical_bytes, stable_form
 from app.programs.diff.interface import compare_interface, compare_ranges, match_inputs
 from app.programs.diff.models import (
     Counts,
@@ -21,6 +22,7 @@ from app.programs.diff.weights import (
     WeightSource,
     compare_weights,
 )
+from app.programs.digest import graph_digest_of
 from app.programs.graph import values as value_names
 from app.programs.inspect import InspectFailure, module_tree
 from schema.io import no_cycle_collection
@@ -91,6 +93,15 @@ def _diff(
     if not compared:
         diff.notes.append("stored tensor values were not compared: a side has no weights")
     diff.summary = _summary(diff, compared)
+    if diff.summary.verdict == "identical":
+        # "identical" is the registry's "same program digest": what the parts above do not
+        # look at (a stride, a dtype of an intermediate value) still keeps it from being said
+        old_digest, new_digest = (
+            graph_digest_of(canonical_bytes(stable_form(d))) for d in (old, new)
+        )
+        if old_digest != new_digest:
+            diff.fields.append(FieldChange(field="graph_digest", old=old_digest, new=new_digest))
+            diff.summary = _summary(diff, compared)
     return diff
 
 
@@ -281,6 +292,8 @@ def _line(verdict: Verdict, c: Counts, compared: bool, diff: ProgramDiff) -> str
     parts.extend(
         f"{f.field} {f.old} -> {f.new}" for f in diff.fields if f.field == "schema_version"
     )
+    if any(f.field == "graph_digest" for f in diff.fields):
+        parts.append("the canonical forms differ where no part above looks")
     body = "; ".join(parts) if parts else "no differences"
     tail = "" if compared else " (stored tensor values not compared)"
     return f"{verdict}: {body}{tail}"
