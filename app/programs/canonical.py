@@ -100,7 +100,7 @@ from schema.models import (
     TensorMeta,
 )
 
-__all__ = ["CanonicalFailure", "canonical_bytes", "canonicalize", "stable_form"]
+__all__ = ["CanonicalFailure", "canonical_bytes", "canonicalize", "settle", "stable_form"]
 
 M = TypeVar("M", bound=BaseModel)
 _Path = list[str | int]
@@ -489,7 +489,12 @@ _ZERO_OFFSET = SymIntAsInt(as_int=0)
 def stable_form(doc: ExportedProgram, *, constants: Collection[str] = ()) -> ExportedProgram:
     """The canonical form with what torch's load + save does not keep settled (see the module's
     docstring): the form the graph digest names."""
-    canonical = canonicalize(doc, constants=constants)
+    return settle(canonicalize(doc, constants=constants))
+
+
+def settle(canonical: ExportedProgram) -> ExportedProgram:
+    """A canonical form (ours, or torch's own) with what torch's load + save does not keep
+    settled; the result is still in canonical form (no order or value name changes)."""
     with no_cycle_collection():
         gm = canonical.graph_module
         settled = canonical.model_copy(

@@ -18,7 +18,7 @@ from torch._export.serde import serialize as torch_serde
 
 import schema
 from app.programs import canonical
-from app.programs.canonical import CanonicalFailure, canonical_bytes, canonicalize
+from app.programs.canonical import CanonicalFailure, canonical_bytes, canonicalize, settle
 from app.programs.digest import graph_digest
 from schema import Issue
 from tests.progs import twin_a, twin_b
@@ -38,6 +38,14 @@ def torch_canonical(wire: bytes, constants: set[str] | None = None) -> Any:
     """torch's canonical form of a document, as parsed JSON."""
     program = torch_serde._bytes_to_dataclass(torch_schema.ExportedProgram, wire)
     return json.loads(torch_serde._to_json_bytes(torch_serde.canonicalize(program, constants)))
+
+
+def torch_stable(wire: bytes) -> Any:
+    """torch's canonical form of a document with what torch's load + save drops settled: what
+    `app.operations.canonical` must give (the form the graph digest names)."""
+    program = torch_serde._bytes_to_dataclass(torch_schema.ExportedProgram, wire)
+    canonical = torch_serde._to_json_bytes(torch_serde.canonicalize(program))
+    return json.loads(canonical_bytes(settle(schema.load(canonical))))
 
 
 def our_canonical(wire: bytes, constants: set[str] | None = None) -> Any:

@@ -26,6 +26,7 @@ from app.programs.digest import Digests, graph_digest
 from app.settings import Settings
 from app.tensors.sources import TensorSource
 from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
+from tests.progs.test_canonical import torch_stable
 
 SETTINGS = Settings()
 #: Real programs whose digest torch's round trip used to change (storage offsets of fused
@@ -209,3 +210,12 @@ def test_diff_identical_means_the_same_digest(zoo_json: dict[str, bytes]) -> Non
         schema.load(zoo_json["multi_out"]), schema.load(json.dumps(offsets).encode())
     )
     assert same.summary.verdict == "identical"
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_canonical_bytes_are_torchs_canonical_form_settled(
+    zoo: dict[str, ZooProgram], zoo_json: dict[str, bytes], name: str
+) -> None:
+    with ops.open_source(archive_bytes(zoo[name].ep), "zip", SETTINGS) as source:
+        data = ops.canonical(source, SETTINGS).data
+    assert json.loads(data) == torch_stable(zoo_json[name])
