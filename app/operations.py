@@ -284,7 +284,8 @@ def weights_safetensors(source: Source, model: str | None = None) -> bytes:
 
 def write_weights_safetensors(source: Source, out: IO[bytes], model: str | None = None) -> None:
     """`weights_safetensors` written to `out`, each tensor streamed from the archive in turn
-    (a view of part of a larger storage reads that storage whole)."""
+    (a view of part of a larger storage reads that storage whole); a tied tensor is stored
+    once and its other names carried as aliases (`tied_weights`)."""
     tensors: list[StoredTensor] = []
     archive = source.archive
     if archive is not None:
@@ -297,7 +298,27 @@ def write_weights_safetensors(source: Source, out: IO[bytes], model: str | None 
                     fqn, entry.kind, entry.meta, entry.size, partial(archive.iter_tensor, stored)
                 )
             )
-    write_safetensors(out, tensors)
+    write_safetensors(out, tensors, aliases=tied_weights(source, model))
+
+
+def tied_weights(source: Source, model: str | None = None) -> dict[str, str]:
+    """Each tensor that is another one's view of the same stored member (a tied weight, such
+    as an LM head sharing the embedding: torch.export.save stores it once), mapped to the first
+    of them in name order. Pickled payloads tie nothing."""
+    archive = source.archive
+    if archive is None:
+        return {}
+    first: dict[tuple[str, str], str] = {}
+    tied: dict[str, str] = {}
+    for fqn, stored in sorted(source.tensor_names(source.model(model)).items()):
+        entry = archive.tensors[stored]
+        if entry.use_pickle or entry.meta is None:
+            continue
+        view = entry.meta.model_copy(update={"requires_grad": False}).model_dump_json()
+        kept = first.setdefault((entry.member, view), fqn)
+        if kept != fqn:
+            tied[fqn] = kept
+    return tied
 
 
 # ---------------------------------------------------------------- canonicalize
@@ -561,16 +582,21 @@ def inspect(
 ) -> BaseModel:
     """One view of what is in a program, from its document and stored tensors (no torch)."""
     document = read_document(source, model, settings)
-    subject = Subject(document.doc, _weight_infos(source, document.name), settings.max_nodes)
+    subject = Subject(document.doc, weight_infos(source, document.name), settings.max_nodes)
     return inspect_views.run(request, subject)
 
 
-def _weight_infos(source: Source, model: str) -> list[inspection.WeightInfo] | None:
+def weight_infos(source: Source, model: str) -> list[inspection.WeightInfo] | None:
+    """The model's stored tensors as the inspection views count them, ties named (None for a
+    bare document)."""
     if source.archive is None:
         return None
     entries = source.archive.tensors
+    tied = tied_weights(source, model)
     return [
-        inspection.WeightInfo.from_meta(fqn, entries[full].kind, meta, entries[full].size)
+        inspection.WeightInfo.from_meta(
+            fqn, entries[full].kind, meta, entries[full].size, tied.get(fqn)
+        )
         for fqn, full in source.tensor_names(model).items()
         if (meta := entries[full].meta) is not None
     ]

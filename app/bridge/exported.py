@@ -152,13 +152,14 @@ def deserialize(
     state_dict: dict[str, torch.Tensor] = {}
     constants: dict[str, torch.Tensor] = {}
     kinds = saved_kinds(doc, named, slots)
+    bases: dict[tuple[int, ScalarType], torch.Tensor] = {}
     try:
         for name, raw in named.items():
             kind = kinds[name]
             tensor = (
                 _stand_in(name, raw.meta, parameter=kind == "parameter")
                 if raw.pickled
-                else _tensor(raw, views[name], parameter=kind == "parameter")
+                else _tensor(raw, views[name], bases, parameter=kind == "parameter")
             )
             # torch.export.load hands torch the archive's weights as the state dict and its
             # constants (non-persistent buffers and lifted constants among them) as constants,
@@ -496,16 +497,28 @@ def _raw_tensor(name: str, kind: TensorKind, tensor: torch.Tensor) -> RawTensor:
     return RawTensor(name, kind, tensor_meta(tensor), storage_bytes(tensor))
 
 
-def _tensor(raw: Stored, view: View, *, parameter: bool) -> torch.Tensor:
+def _tensor(
+    raw: Stored,
+    view: View,
+    bases: dict[tuple[int, ScalarType], torch.Tensor],
+    *,
+    parameter: bool,
+) -> torch.Tensor:
+    """The tensor over its storage bytes; tensors given the same bytes object (tied weights,
+    views of one storage) share one torch storage, kept in `bases`, as torch.export.load's do."""
     dtype = torch_serde._SERIALIZE_TO_TORCH_DTYPE[torch_schema.ScalarType(raw.meta.dtype.value)]
-    if isinstance(raw, MappedTensor) and raw.data:
-        # a private mapping is writable (buffers are mutated in place) and never copied here
-        base = torch.frombuffer(raw.data, dtype=dtype)
-    elif raw.data:
-        # A writable copy: buffers are mutated in place, and frombuffer warns on read-only bytes.
-        base = torch.frombuffer(bytearray(raw.data), dtype=dtype)
-    else:
-        base = torch.empty(0, dtype=dtype)
+    key = (id(raw.data), raw.meta.dtype)
+    base = bases.get(key)
+    if base is None:
+        if isinstance(raw, MappedTensor) and raw.data:
+            # a private mapping is writable (buffers are mutated in place) and never copied here
+            base = torch.frombuffer(raw.data, dtype=dtype)
+        elif raw.data:
+            # A writable copy: buffers are mutated in place; frombuffer warns on read-only bytes.
+            base = torch.frombuffer(bytearray(raw.data), dtype=dtype)
+        else:
+            base = torch.empty(0, dtype=dtype)
+        bases[key] = base
     return _placed(base.as_strided(view.sizes, view.strides, view.offset), raw.meta, parameter)
 
 

@@ -99,7 +99,7 @@ def vet(
         schema_version=document.from_version,
         min_schema_version=compat.min_version,
         readable_by=list(compat.readable_by),
-        summary=summarize(document.doc),
+        summary=summarize(document.doc, ops.tied_weights(source, document.name)),
         warnings=[dropped] if dropped is not None else [],
     )
     return vetted, canonical.data

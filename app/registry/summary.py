@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel
 
 import schema
@@ -24,9 +26,13 @@ class Summary(BaseModel):
 
     inputs: list[ValueSummary]
     outputs: list[ValueSummary]
-    #: elements of every parameter (None when a parameter's size is symbolic without a hint)
+    #: elements of every parameter, a tied one counted once (None when a parameter's size is
+    #: symbolic without a hint)
     parameter_count: int | None
     parameters: int
+    #: parameters tied to another (sharing its storage), in `parameters` but counted once in
+    #: `parameter_count`; 0 for versions stored before it was recorded
+    tied_parameters: int = 0
     buffers: int
     constants: int
     nodes: int
@@ -60,8 +66,9 @@ def _name(inner: object) -> str:
     return ""
 
 
-def summarize(doc: schema.ExportedProgram) -> Summary:
-    """The program's user inputs and outputs in signature order, and its weights tallied."""
+def summarize(doc: schema.ExportedProgram, tied: Mapping[str, str] | None = None) -> Summary:
+    """The program's user inputs and outputs in signature order, and its weights tallied (a
+    weight `tied` names, alias -> the weight it shares storage with, counted once)."""
     graph = doc.graph_module.graph
     signature = doc.graph_module.signature
     metas = dict(graph.tensor_values)
@@ -75,12 +82,13 @@ def summarize(doc: schema.ExportedProgram) -> Summary:
         for spec in signature.output_specs
         if isinstance(spec, schema.OutputSpecUserOutput)
     ]
-    counts = weight_counts(doc)
+    counts = weight_counts(doc, tied)
     return Summary(
         inputs=inputs,
         outputs=outputs,
         parameter_count=counts.parameter_count,
         parameters=counts.parameters,
+        tied_parameters=counts.tied_parameters,
         buffers=counts.buffers,
         constants=counts.constants,
         nodes=len(graph.nodes),

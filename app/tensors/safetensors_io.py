@@ -53,6 +53,9 @@ _FOREIGN_DTYPES = frozenset({"F4", "F6_E2M3", "F6_E3M2"})
 
 KINDS_KEY = "pt2serde.kinds"
 REQUIRES_GRAD_KEY = "pt2serde.requires_grad"
+#: tied tensors: each alias name -> the stored tensor whose storage and view it shares. The
+#: format holds no aliases, so a tie (an LM head sharing the embedding) is stored once and named.
+ALIASES_KEY = "pt2serde.aliases"
 METADATA_KEY = "__metadata__"
 #: The reference implementation refuses larger headers.
 MAX_HEADER_BYTES = 100_000_000
@@ -89,22 +92,31 @@ def to_safetensors(
 
 
 def write_safetensors(
-    out: IO[bytes], tensors: Iterable[StoredTensor], metadata: Mapping[str, str] | None = None
+    out: IO[bytes],
+    tensors: Iterable[StoredTensor],
+    metadata: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> None:
     """`to_safetensors` written to `out` one tensor at a time: the header comes from the metas,
-    and a tensor whose storage is exactly its packed elements is copied block by block."""
-    items = list(tensors)
-    _refuse_unwritable(items)
+    and a tensor whose storage is exactly its packed elements is copied block by block. A tensor
+    `aliases` names (alias -> the tensor it is tied to) is not stored: its name, kind and
+    requires_grad go to the metadata, and `from_safetensors` ties it again."""
+    every = list(tensors)
+    tied = dict(aliases or {})
+    _refuse_unwritable(every, tied)
+    items = [t for t in every if t.name not in tied]
     views = checked_sizes((t.name, t.meta, t.size) for t in items)
     # The reference writer's order: widest elements first, so every tensor stays aligned.
     items.sort(key=lambda t: (-views[t.name].itemsize, t.name))
     meta: dict[str, str] = dict(metadata or {})
     meta[KINDS_KEY] = orjson.dumps(
-        {t.name: t.kind for t in items}, option=orjson.OPT_SORT_KEYS
+        {t.name: t.kind for t in every}, option=orjson.OPT_SORT_KEYS
     ).decode()
     meta[REQUIRES_GRAD_KEY] = orjson.dumps(
-        sorted(t.name for t in items if t.meta.requires_grad)
+        sorted(t.name for t in every if t.meta.requires_grad)
     ).decode()
+    if tied:
+        meta[ALIASES_KEY] = orjson.dumps(tied, option=orjson.OPT_SORT_KEYS).decode()
     header: dict[str, Any] = {METADATA_KEY: meta}
     offset = 0
     for t in items:
@@ -123,8 +135,20 @@ def write_safetensors(
     _write_data(out, items, views)
 
 
-def _refuse_unwritable(items: list[StoredTensor]) -> None:
-    """Refuse duplicate names and dtypes safetensors has no name for."""
+def _refuse_unwritable(items: list[StoredTensor], aliases: Mapping[str, str]) -> None:
+    """Refuse duplicate names, dtypes safetensors has no name for, and an alias whose tensor is
+    not stored or has another dtype or shape."""
+    by_name = {t.name: t for t in items}
+    wrong = sorted(
+        alias
+        for alias, target in aliases.items()
+        if alias not in by_name
+        or target not in by_name
+        or target in aliases
+        or _shape_key(by_name[alias].meta) != _shape_key(by_name[target].meta)
+    )
+    if wrong:  # the callers find ties in an archive's configs: a wrong one is our bug
+        raise ValueError(f"aliases must name a stored tensor of its dtype and shape: {wrong}")
     names = [t.name for t in items]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -147,6 +171,10 @@ def _refuse_unwritable(items: list[StoredTensor]) -> None:
                 for t in unsupported
             ],
         )
+
+
+def _shape_key(meta: TensorMeta) -> tuple[ScalarType, str]:
+    return meta.dtype, repr(meta.sizes)
 
 
 def _write_data(out: IO[bytes], items: list[StoredTensor], views: Mapping[str, View]) -> None:
@@ -185,6 +213,7 @@ def from_safetensors(
     metadata = _metadata(header.pop(METADATA_KEY, None), issues)
     stored_kinds = _stored_kinds(metadata, issues)
     grads = _stored_requires_grad(metadata, issues)
+    aliases = _stored_aliases(metadata, header, issues)
     entries, spans, foreign = _entries(header, issues)
     position = _packed(spans, issues)
     if not issues and position != len(body):
@@ -199,7 +228,7 @@ def from_safetensors(
         issues.extend(
             Issue("safetensors-unknown-tensor", pointer([name]), "a kind was given for no tensor")
             for name in kinds
-            if name not in header
+            if name not in header and name not in aliases
         )
     if issues:
         raise BridgeFailure(
@@ -215,6 +244,13 @@ def from_safetensors(
         requires_grad = name in grads if grads is not None else kind == "parameter"
         meta = contiguous_meta(_blank_meta(dtype, requires_grad), shape)
         tensors[name] = RawTensor(name, kind, meta, bytes(body[begin:end]))
+    for alias, target in aliases.items():
+        # the same bytes object: the writer stores it once and torch's tensors share it
+        tied = tensors[target]
+        kind = (kinds or {}).get(alias) or stored_kinds.get(alias) or default_kind
+        requires_grad = alias in grads if grads is not None else kind == "parameter"
+        meta = tied.meta.model_copy(update={"requires_grad": requires_grad})
+        tensors[alias] = RawTensor(alias, kind, meta, tied.data)
     return tensors
 
 
@@ -283,7 +319,9 @@ def safetensors_names(source: Path | bytes) -> list[str]:
 
 
 def _names(header: dict[str, Any]) -> list[str]:
-    return [name for name in header if name != METADATA_KEY]
+    metadata = header.get(METADATA_KEY)
+    aliases = _stored_aliases(metadata, header, []) if isinstance(metadata, dict) else {}
+    return [name for name in header if name != METADATA_KEY] + list(aliases)
 
 
 def _split(data: bytes) -> tuple[dict[str, Any], memoryview]:
@@ -343,6 +381,34 @@ def _stored_kinds(metadata: dict[str, str], issues: list[Issue]) -> dict[str, Te
         )
         return {}
     return kinds
+
+
+def _stored_aliases(
+    metadata: dict[str, Any], header: dict[str, Any], issues: list[Issue]
+) -> dict[str, str]:
+    """Tied tensors: alias -> a stored tensor of the file (not itself an alias)."""
+    text = metadata.get(ALIASES_KEY)
+    if text is None:
+        return {}
+    try:
+        aliases = orjson.loads(text) if isinstance(text, str) else None
+    except orjson.JSONDecodeError:
+        aliases = None
+    if (
+        not isinstance(aliases, dict)
+        or not all(isinstance(t, str) for t in aliases.values())
+        or any(a in header or a == METADATA_KEY for a in aliases)
+        or any(t not in header or t == METADATA_KEY for t in aliases.values())
+    ):
+        issues.append(
+            Issue(
+                "safetensors-bad-metadata",
+                pointer([METADATA_KEY, ALIASES_KEY]),
+                "must be a JSON object naming, for each tied tensor not stored, a stored one",
+            )
+        )
+        return {}
+    return aliases
 
 
 def _stored_requires_grad(metadata: dict[str, str], issues: list[Issue]) -> set[str] | None:

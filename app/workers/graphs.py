@@ -17,7 +17,8 @@ from app.settings import Settings
 def graph_bytes(source: ops.Source, settings: Settings, model: str | None) -> bytes:
     """The graph answer (JSON) of one model of a source."""
     document = ops.read_document(source, model, settings)
-    return program_graph(document.doc).model_dump_json().encode()
+    weights = ops.weight_infos(source, document.name)
+    return program_graph(document.doc, weights).model_dump_json().encode()
 
 
 def job_graph(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import torch
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -25,6 +27,7 @@ from app.registry.ingest import Candidate
 from app.registry.records import Pushed, VersionInfo
 from app.registry.store import Registry
 from app.registry.summary import ValueSummary
+from tests.progs.test_tied_weights import TiedLM
 from tests.registry.conftest import (
     Backend,
     InProcessTorch,
@@ -33,7 +36,7 @@ from tests.registry.conftest import (
     stored_files,
     variant,
 )
-from tests.zoo import ZooProgram
+from tests.zoo import ZooProgram, archive_bytes
 
 
 def push(registry: Registry, name: str, archive: bytes, model: str | None = None) -> Pushed:
@@ -383,3 +386,27 @@ def test_an_unusable_database_is_registry_unavailable(backend: Backend, tmp_path
         Registry(settings)
     # nothing of the failed open stays behind: no staging directory claimed for good
     assert list((backend.data_dir / "tmp").iterdir()) == []
+
+
+def test_round_tripped_program_is_the_same_version(
+    registry: Registry, archives: dict[str, bytes]
+) -> None:
+    """torch's load + save of a program (storage offsets dropped) and what the registry serves
+    of it push as the version already there: one program digest across the round trips."""
+    first = push(registry, "split", archives["multi_out"])
+    resaved = archive_bytes(torch.export.load(io.BytesIO(archives["multi_out"])))
+    assert resaved != archives["multi_out"]
+    again = push(registry, "split", resaved)
+    assert (again.created, again.version) == (False, first.version)
+    pulled = push(registry, "split", read_archive(registry, "split", "1"))
+    assert (pulled.created, pulled.version) == (False, first.version)
+
+
+def test_tied_parameters_are_counted_once(registry: Registry) -> None:
+    torch.manual_seed(0)
+    module = TiedLM()
+    ids = torch.randint(0, 16, (2, 5))
+    archive = archive_bytes(torch.export.export(module, (ids,), strict=False))
+    summary = push(registry, "tied", archive).version.summary
+    assert summary.parameter_count == sum(p.numel() for p in module.parameters())
+    assert (summary.parameters, summary.tied_parameters) == (4, 1)

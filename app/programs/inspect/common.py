@@ -9,7 +9,7 @@ are its output arguments, and a weight is a graph input named in the signature's
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -59,14 +59,23 @@ class WeightInfo:
     dtype: ScalarType
     shape: tuple[int, ...]
     nbytes: int
+    #: the weight whose storage and view this one is (a tied weight), counted once with it
+    tied_to: str | None = None
 
     @classmethod
-    def from_meta(cls, name: str, kind: WeightKind, meta: TensorMeta, nbytes: int) -> WeightInfo:
+    def from_meta(
+        cls,
+        name: str,
+        kind: WeightKind,
+        meta: TensorMeta,
+        nbytes: int,
+        tied_to: str | None = None,
+    ) -> WeightInfo:
         """A manifest entry from tensor meta (static sizes) and the stored byte count."""
         shape = static_shape(meta)
         if shape is None:
             raise InspectFailure("unknown-shape", f"weight {name!r} has a symbolic size")
-        return cls(name, kind, meta.dtype, shape, nbytes)
+        return cls(name, kind, meta.dtype, shape, nbytes, tied_to)
 
 
 # ---------------------------------------------------------------- values
@@ -320,19 +329,28 @@ class WeightCounts:
     parameters: int
     buffers: int
     constants: int
-    #: elements of every parameter (None when a parameter's size is symbolic without a hint)
+    #: elements of every parameter, a tied one counted once, as torch's
+    #: ``sum(p.numel() for p in module.parameters())`` counts them (None when a parameter's size
+    #: is symbolic without a hint)
     parameter_count: int | None
+    #: parameters tied to another one (sharing its storage), left out of `parameter_count`
+    tied_parameters: int = 0
 
 
-def weight_counts(doc: ExportedProgram) -> WeightCounts:
-    """The program's weights tallied by kind, from the signature and the tensor meta."""
+def weight_counts(doc: ExportedProgram, tied: Mapping[str, str] | None = None) -> WeightCounts:
+    """The program's weights tallied by kind, from the signature and the tensor meta; `tied`
+    (alias -> the weight it shares storage with, `app.operations.tied_weights`) names the
+    parameters counted once."""
     weights = graph_weights(doc)
-    sizes = [meta_numel_bytes(w.meta) for w in weights if w.kind == "parameter"]
+    parameters = [w for w in weights if w.kind == "parameter"]
+    ties = tied or {}
+    sizes = [meta_numel_bytes(w.meta) for w in parameters if w.name not in ties]
     return WeightCounts(
-        parameters=len(sizes),
+        parameters=len(parameters),
         buffers=sum(w.kind == "buffer" for w in weights),
         constants=sum(w.kind == "constant" for w in weights),
         parameter_count=None if None in sizes else sum(c[0] for c in sizes if c is not None),
+        tied_parameters=len(parameters) - len(sizes),
     )
 
 

@@ -10,6 +10,7 @@ higher-order operator's subgraph to that subgraph's module (``<owner>.<subgraph 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.archive.tensors import dtype_name
 from app.programs.inspect.common import (
     NODES_POINTER,
+    WeightInfo,
     expression_text,
     graph_inputs,
     graph_outputs,
@@ -102,14 +104,17 @@ def _shape_text(meta: TensorMeta) -> str:
     return f"[{', '.join(size_text(s) for s in meta.sizes)}]"
 
 
-def program_graph(doc: ExportedProgram) -> ProgramGraph:
-    """The program's nodes (subgraphs included) in columns, grouped by module."""
+def program_graph(
+    doc: ExportedProgram, weights: Sequence[WeightInfo] | None = None
+) -> ProgramGraph:
+    """The program's nodes (subgraphs included) in columns, grouped by module; with the stored
+    `weights`, a module's parameters count a tied storage once."""
     with no_cycle_collection():
-        return _program_graph(doc)
+        return _program_graph(doc, weights)
 
 
-def _program_graph(doc: ExportedProgram) -> ProgramGraph:
-    tree = module_tree(doc)
+def _program_graph(doc: ExportedProgram, weights: Sequence[WeightInfo] | None) -> ProgramGraph:
+    tree = module_tree(doc, weights)
     index = {info.path: i for i, info in enumerate(tree.modules)}
     modules = [
         ViewModule(

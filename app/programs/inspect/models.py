@@ -176,6 +176,8 @@ class WeightEntry(_View):
     nbytes: int | None
     persistent: bool = True
     value: str | None = None
+    #: the weight whose storage this one shares (a tied weight): the totals count it once
+    tied_to: str | None = None
 
 
 class ValueRef(_View):
@@ -209,9 +211,12 @@ class QuantParams(_View):
 
 
 class WeightStats(_View):
-    """Weights by kind and dtype, each weight, and the quantization the graph applies."""
+    """Weights by kind and dtype, each weight, and the quantization the graph applies. The
+    tallies count each stored tensor once: a tied weight is listed but not counted again."""
 
     total: Tally
+    #: every weight counted, tied ones again (what a naive sum over the names gives)
+    total_with_ties: Tally
     by_kind: dict[str, Tally]
     by_dtype: dict[str, Tally]
     tensors: list[WeightEntry]

@@ -173,6 +173,8 @@ def _module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None) -> 
             _add_subgraph(tree, path, sub.graph, _subgraph_pointer(NODES_POINTER, i, j))
 
     named = {info.name: info for info in weights or ()}
+    #: (module of a tied weight, module of the weight it shares storage with, kind, its tally)
+    ties: list[tuple[str, str, str, Tally]] = []
     for weight in graph_weights(doc):
         module = tree.touch(parent_path(weight.name))
         if weight.name in named:
@@ -180,11 +182,18 @@ def _module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None) -> 
         else:
             tally = _weight_tally(meta_numel_bytes(weight.meta))
         module.weights[weight.kind] = module.weights[weight.kind].add(tally)
+        tied_to = named[weight.name].tied_to if weight.name in named else None
+        if tied_to is not None:
+            ties.append((module.path, parent_path(tied_to), weight.kind, tally))
     in_signature = {w.name for w in graph_weights(doc)}
     for info in weights or ():
         if info.name not in in_signature:
             module = tree.touch(parent_path(info.name))
             module.weights[info.kind] = module.weights[info.kind].add(_manifest_tally(info))
+            if info.tied_to is not None:
+                ties.append(
+                    (module.path, parent_path(info.tied_to), info.kind, _manifest_tally(info))
+                )
     for name in custom_objects(doc):
         tree.touch(parent_path(name))
 
@@ -200,7 +209,17 @@ def _module_tree(doc: ExportedProgram, weights: Sequence[WeightInfo] | None) -> 
             if base:
                 module.calls.add(int(call) if call.isdigit() else 0)
 
-    return _assemble(tree, mcg_order)
+    return _assemble(tree, mcg_order, ties)
+
+
+def _common_ancestor(a: str, b: str) -> str:
+    """The deepest module path both dotted paths are in (``""``, the root, at least)."""
+    common: list[str] = []
+    for x, y in zip(a.split(".") if a else [], b.split(".") if b else [], strict=False):
+        if x != y:
+            break
+        common.append(x)
+    return ".".join(common)
 
 
 def _enter(tree: _Hierarchy, stack: list[StackEntry]) -> None:
@@ -225,7 +244,9 @@ def _add_subgraph(tree: _Hierarchy, path: str, graph: Graph, pointer: str) -> No
             _add_subgraph(tree, f"{path}.{sub.name}", sub.graph, _subgraph_pointer(pointer, i, j))
 
 
-def _assemble(tree: _Hierarchy, mcg_order: dict[str, int]) -> ModuleTree:
+def _assemble(
+    tree: _Hierarchy, mcg_order: dict[str, int], ties: list[tuple[str, str, str, Tally]]
+) -> ModuleTree:
     met = {path: i for i, path in enumerate(tree.modules)}
 
     def rank(path: str) -> tuple[int, int]:
@@ -256,6 +277,19 @@ def _assemble(tree: _Hierarchy, mcg_order: dict[str, int]) -> ModuleTree:
             nodes += kid_nodes
             sums = {k: sums[k].add(kid_sums[k]) for k in _KINDS}
         totals[path] = (nodes, sums)
+    # a module's totals count a storage once: a tied weight is taken off every module holding
+    # both it and the weight it is tied to (their common ancestor and its ancestors)
+    for alias, target, kind, tally in ties:
+        owner = _common_ancestor(alias, target)
+        less = Tally(
+            count=-tally.count, numel=-tally.numel, nbytes=-tally.nbytes, unknown=-tally.unknown
+        )
+        while True:
+            nodes, sums = totals[owner]
+            totals[owner] = (nodes, {**sums, kind: sums[kind].add(less)})
+            if not owner:
+                break
+            owner = parent_path(owner)
 
     out: list[ModuleInfo] = []
     for path, depth in preorder:

@@ -86,9 +86,12 @@ def weights(doc: ExportedProgram, manifest: Sequence[WeightInfo] | None = None) 
 
     by_kind: dict[str, Tally] = {}
     by_dtype: dict[str, Tally] = {}
-    total = Tally()
+    total = with_ties = Tally()
     for entry in entries:
         one = _tally(entry)
+        with_ties = with_ties.add(one)
+        if entry.tied_to is not None:
+            continue
         total = total.add(one)
         by_kind[entry.kind] = by_kind.get(entry.kind, Tally()).add(one)
         key = entry.dtype or "unknown"
@@ -96,6 +99,7 @@ def weights(doc: ExportedProgram, manifest: Sequence[WeightInfo] | None = None) 
 
     return WeightStats(
         total=total,
+        total_with_ties=with_ties,
         by_kind=by_kind,
         by_dtype=dict(sorted(by_dtype.items())),
         tensors=entries,
@@ -115,6 +119,7 @@ def _from_manifest(info: WeightInfo, persistent: bool, value: str | None) -> Wei
         nbytes=info.nbytes,
         persistent=persistent,
         value=value,
+        tied_to=info.tied_to,
     )
 
 

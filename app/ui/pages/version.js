@@ -108,7 +108,7 @@ export async function versionPage(main, [name, ref]) {
         ["", ""],
         [
           ["nodes", nodesText(info.summary.nodes, operators ? operators.total.nodes : undefined)],
-          ["parameters", `${count(info.summary.parameter_count)} (${info.summary.parameters} tensors${root ? `, ${bytes(root.total_parameters.nbytes)}` : ""})`],
+          ["parameters", `${count(info.summary.parameter_count)} (${info.summary.parameters} tensors${info.summary.tied_parameters ? `, ${info.summary.tied_parameters} tied, counted once` : ""}${root ? `, ${bytes(root.total_parameters.nbytes)}` : ""})`],
           ["buffers / constants", `${info.summary.buffers} / ${info.summary.constants}`],
           ["schema version", `${info.schema_version} (needs ${info.min_schema_version} or newer)`],
           ["readable by torch", info.readable_by.join(", ")],
