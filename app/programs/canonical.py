@@ -36,6 +36,9 @@ unchanged sub-models; the input is never mutated.
 ``torch.export.load`` + ``torch.export.save`` does not keep settled, so that every round trip
 through torch (or through us, who write what torch would) gives the same bytes:
 
+- a size or stride whose expression always equals one int over the symbols' ranges is that
+  int: the loader parses it with sympy, which simplifies what it can prove, and the saver
+  writes a number as an int (`app.programs.intervals`);
 - each value's ``storage_offset`` is 0: the loader makes every value's fake tensor with
   ``empty_strided`` from sizes and strides alone (``deserialize_tensor_meta``), so an offset
   written at export (a slice of a fused qkv, an unbacked ``u0 - 1``) is never read back;
@@ -55,7 +58,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any, TypeVar
 
@@ -65,6 +68,7 @@ from pydantic import BaseModel
 from app.failure import Failure, ProblemCode
 from app.programs.bounds import digit_runs
 from app.programs.graph import VALUE_MAPS, leaves, scope
+from app.programs.intervals import constant_value
 from app.programs.rename import copy_model, new_arm, renamed, with_field
 from app.programs.semantics import unused_ranges
 from schema import Issue, dump
@@ -96,6 +100,8 @@ from schema.models import (
     OutputSpecToken,
     OutputSpecUserInputMutation,
     OutputSpecUserOutput,
+    RangeConstraint,
+    SymIntAsExpr,
     SymIntAsInt,
     TensorMeta,
 )
@@ -497,9 +503,10 @@ def settle(canonical: ExportedProgram) -> ExportedProgram:
     settled; the result is still in canonical form (no order or value name changes)."""
     with no_cycle_collection():
         gm = canonical.graph_module
+        metas = _Metas(canonical.range_constraints)
         settled = canonical.model_copy(
             update={
-                "graph_module": gm.model_copy(update={"graph": _settled_graph(gm.graph, {})}),
+                "graph_module": gm.model_copy(update={"graph": _settled_graph(gm.graph, metas)}),
                 "torch_version": "",
             }
         )
@@ -510,9 +517,45 @@ def settle(canonical: ExportedProgram) -> ExportedProgram:
         return settled
 
 
-def _settled_graph(graph: Graph, metas: dict[int, TensorMeta]) -> Graph:
-    """The graph (subgraphs too) with offsets 0 and node names left out; `metas` keeps one
-    settled copy of each shared TensorMeta."""
+class _Metas:
+    """Settled TensorMetas: one copy of each shared meta, one answer per expression."""
+
+    def __init__(self, ranges: Mapping[str, RangeConstraint]) -> None:
+        self.ranges = ranges
+        self.metas: dict[int, TensorMeta] = {}
+        self.constants: dict[str, int | None] = {}
+
+    def settled(self, meta: TensorMeta) -> TensorMeta:
+        found = self.metas.get(id(meta))
+        if found is None:
+            found = self.metas[id(meta)] = self._settle(meta)
+        return found
+
+    def _settle(self, meta: TensorMeta) -> TensorMeta:
+        update: dict[str, Any] = {}
+        offset = meta.storage_offset
+        if not (isinstance(offset, SymIntAsInt) and offset.as_int == 0):
+            update["storage_offset"] = _ZERO_OFFSET
+        for field in ("sizes", "strides"):
+            values = getattr(meta, field)
+            folded = [self._folded(v) for v in values]
+            if any(a is not b for a, b in zip(folded, values, strict=True)):
+                update[field] = folded
+        return copy_model(meta, update) if update else meta
+
+    def _folded(self, value: SymIntAsInt | SymIntAsExpr) -> SymIntAsInt | SymIntAsExpr:
+        if isinstance(value, SymIntAsInt):
+            return value
+        text = value.as_expr.expr_str
+        if text not in self.constants:
+            self.constants[text] = constant_value(text, self.ranges)
+        constant = self.constants[text]
+        return value if constant is None else SymIntAsInt(as_int=constant)
+
+
+def _settled_graph(graph: Graph, metas: _Metas) -> Graph:
+    """The graph (subgraphs too) with offsets 0, constant sizes and strides as ints and node
+    names left out."""
     nodes = []
     for node in graph.nodes:
         inputs = [
@@ -534,18 +577,8 @@ def _settled_graph(graph: Graph, metas: dict[int, TensorMeta]) -> Graph:
             for named in node.inputs
         ]
         nodes.append(copy_model(node, {"inputs": inputs, "name": None}))
-    values = {name: _settled_meta(meta, metas) for name, meta in graph.tensor_values.items()}
+    values = {name: metas.settled(meta) for name, meta in graph.tensor_values.items()}
     return copy_model(graph, {"nodes": nodes, "tensor_values": values})
-
-
-def _settled_meta(meta: TensorMeta, metas: dict[int, TensorMeta]) -> TensorMeta:
-    offset = meta.storage_offset
-    if isinstance(offset, SymIntAsInt) and offset.as_int == 0:
-        return meta
-    settled = metas.get(id(meta))
-    if settled is None:
-        settled = metas[id(meta)] = copy_model(meta, {"storage_offset": _ZERO_OFFSET})
-    return settled
 
 
 # ---------------------------------------------------------------- bytes
