@@ -25,8 +25,8 @@ from app.programs.diff import diff_programs
 from app.programs.digest import Digests, graph_digest
 from app.settings import Settings
 from app.tensors.sources import TensorSource
-from bench.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 from tests.progs.test_canonical import torch_stable
+from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 SETTINGS = Settings()
 #: Real programs whose digest torch's round trip used to change (storage offsets of fused

@@ -21,8 +21,8 @@ from app.programs.inspect.view import InspectRequest
 from app.registry.summary import summarize
 from app.settings import Settings
 from app.tensors.safetensors_io import ALIASES_KEY, METADATA_KEY, _split, from_safetensors
-from bench.zoo import archive_bytes
 from tests.progs.test_round_trip_digest import digests, ours_pt2, ours_safetensors
+from tests.zoo import archive_bytes
 
 SETTINGS = Settings()
 VOCAB, WIDTH = 512, 64
