@@ -121,7 +121,8 @@ def time_ours(
 
 
 def our_canonical(doc: schema.ExportedProgram) -> tuple[bytes, Digests]:
-    """What `operations.canonical` does after reading a bare document."""
+    """Our canonical form by torch's rules (`canonicalize`), the part compared with torch's own
+    byte for byte; `operations.canonical` then settles it (`stable_form`) before hashing."""
     canon = canonicalize(doc)
     data = canonical_bytes(canon)
     return data, Digests.of(graph_digest_of(data), weights_digest([]))
