@@ -15,7 +15,7 @@ import orjson
 import torch
 from torch._export.serde import schema as torch_schema
 from torch._export.serde import serialize as torch_serde
-from torch.export import ExportedProgram
+from torch.export import ExportedProgram as ExportedProgram  # also app.client's type of a program
 
 import schema
 from app import files

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -115,9 +114,6 @@ def _torch_command(args: argparse.Namespace) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run one subcommand, print one clear line on failure."""
     args = build_parser().parse_args(argv)
-    if args.token:
-        # app.client reads it from the environment, as it does for a token given that way
-        os.environ["PT2SERDE_TOKEN"] = args.token
     run: Callable[[argparse.Namespace], int] = args.run
     torch_command = _torch_command(args)
     if torch_command is not None and importlib.util.find_spec("torch") is None:

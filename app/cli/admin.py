@@ -1,5 +1,5 @@
-"""The organization's commands: API tokens, model permissions and the audit log (the client in
-app.client does the HTTP and sends the token of --token or $PT2SERDE_TOKEN)."""
+"""The organization's commands: API tokens, model permissions and the audit log (app.client's
+`Client` does the HTTP and sends the token of --token or $PT2SERDE_TOKEN)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_OK, Parser, emit, usage_error
-from app.cli.registry import server
+from app.cli.registry import client
 
 if TYPE_CHECKING:
     from app.cli.common import Subcommands
+    from app.client import Client
 
 _LEVELS = ("none", "read", "write", "manage")
 
@@ -27,24 +28,18 @@ def _token_line(token: Any) -> str:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.auth import NewToken, TokenInfo
-
-    base = server(args)
     if args.action == "create":
         if not args.name:
             return usage_error("give the token a name: pt2serde token create NAME")
-        body = {"name": args.name, "owner": args.owner, "admin": args.admin}
-        if args.expires:
-            body["expires_at"] = args.expires
-        made = NewToken.model_validate(client.call(base, "POST", "tokens", json=body))
+        with client(args) as registry:
+            made = registry.create_token(
+                args.name, owner=args.owner, admin=args.admin, expires_at=args.expires or ""
+            )
         human = f"{_token_line(made)}\n{made.secret}\n(shown once: store it now)"
         emit(args, made.model_dump(mode="json"), human)
     elif args.action == "list":
-        params = {"owner": args.owner} if args.owner else None
-        tokens = [
-            TokenInfo.model_validate(t) for t in client.call(base, "GET", "tokens", params=params)
-        ]
+        with client(args) as registry:
+            tokens = registry.tokens(args.owner or None)
         emit(
             args,
             [t.model_dump(mode="json") for t in tokens],
@@ -53,18 +48,22 @@ def _token(args: argparse.Namespace) -> int:
     else:
         if not args.name:
             return usage_error("give the id of the token to revoke: pt2serde token revoke ID")
-        gone = TokenInfo.model_validate(client.call(base, "DELETE", "tokens", args.name))
+        with client(args) as registry:
+            gone = registry.revoke_token(args.name)
         emit(args, gone.model_dump(mode="json"), _token_line(gone))
     return EXIT_OK
 
 
 def _permission(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.auth import Grant
+    if args.principal is not None and not args.remove and args.level is None:
+        return usage_error("give the level (none, read, write, manage) or --remove")
+    with client(args) as registry:
+        return _permission_with(args, registry)
 
-    base, parts = server(args), ("models", args.name, "permissions")
+
+def _permission_with(args: argparse.Namespace, registry: Client) -> int:
     if args.principal is None:
-        grants = [Grant.model_validate(g) for g in client.call(base, "GET", *parts)]
+        grants = registry.permissions(args.name)
         lines = [f"{g.principal}  {g.level}" for g in grants]
         emit(
             args,
@@ -72,21 +71,15 @@ def _permission(args: argparse.Namespace) -> int:
             "\n".join(lines) or f"{args.name} has no grants: the organization's default applies",
         )
     elif args.remove:
-        client.call(base, "DELETE", *parts, args.principal)
+        registry.delete_permission(args.name, args.principal)
         emit(args, {"model": args.name, "principal": args.principal}, "removed")
-    elif args.level is None:
-        return usage_error("give the level (none, read, write, manage) or --remove")
     else:
-        body = {"level": args.level}
-        grant = Grant.model_validate(client.call(base, "PUT", *parts, args.principal, json=body))
+        grant = registry.set_permission(args.name, args.principal, args.level)
         emit(args, grant.model_dump(mode="json"), f"{grant.principal}  {grant.level}")
     return EXIT_OK
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.audit import AuditPage
-
     wanted = {
         "model": args.model,
         "actor": args.actor,
@@ -96,8 +89,8 @@ def _audit(args: argparse.Namespace) -> int:
         "before": args.before,
         "limit": args.limit,
     }
-    params = {key: value for key, value in wanted.items() if value is not None}
-    page = AuditPage.model_validate(client.call(server(args), "GET", "audit", params=params))
+    with client(args) as registry:
+        page = registry.audit(**wanted)
     lines = [
         f"{e.id}  {e.at:%Y-%m-%d %H:%M:%S}Z  {e.actor}  {e.action}  {e.target}"
         + (f"  {e.before} -> {e.after}" if e.before or e.after else "")

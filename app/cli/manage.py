@@ -1,5 +1,5 @@
 """The registry's curation commands: models, tags, aliases, delete, version diffs, search and
-webhooks (push and pull are in app.cli.registry; the client in app.client does the HTTP)."""
+webhooks (push and pull are in app.cli.registry; app.client's `Client` does the HTTP)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from app.cli.common import EXIT_OK, Parser, emit, usage_error
-from app.cli.registry import model_command, server, service_command, version_line
+from app.cli.registry import client, model_command, service_command, version_line
 
 if TYPE_CHECKING:
     from app.cli.common import Subcommands
@@ -19,10 +19,8 @@ _TARGET = {"create": "URL", "delete": "id", "deliveries": "id"}
 
 
 def _models(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.records import ModelPage
-
-    page = ModelPage.model_validate(client.call(server(args), "GET", "models"))
+    with client(args) as registry:
+        page = registry.models()
     lines = [
         f"{m.name}  {m.version_count} live"
         + (f", newest v{m.latest_version}  " if m.latest_version is not None else "  ")
@@ -34,75 +32,62 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.records import VersionInfo
-
     key, equals, value = args.tag.partition("=")
     if args.remove == bool(equals):
         return usage_error("give KEY=VALUE to set a tag, or KEY with --remove")
-    parts = ("models", args.name, "versions", args.ref, "tags", key)
-    if args.remove:
-        answer = client.call(server(args), "DELETE", *parts)
-    else:
-        answer = client.call(server(args), "PUT", *parts, json={"value": value})
-    info = VersionInfo.model_validate(answer)
+    with client(args) as registry:
+        if args.remove:
+            info = registry.delete_tag(args.name, args.ref, key)
+        else:
+            info = registry.set_tag(args.name, args.ref, key, value)
     tags = ", ".join(f"{k}={v}" for k, v in info.tags.items()) or "no tags"
     emit(args, info.model_dump(mode="json"), f"{version_line(info)}\n  {tags}")
     return EXIT_OK
 
 
 def _alias(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.records import AliasInfo, ModelInfo
-
-    base, parts = server(args), ("models", args.name, "aliases", args.alias)
     if args.remove:
-        client.call(base, "DELETE", *parts)
+        with client(args) as registry:
+            registry.delete_alias(args.name, args.alias)
         emit(args, {"model": args.name, "alias": args.alias}, f"{args.name}: {args.alias} removed")
         return EXIT_OK
-    version = args.version
-    if version is None:
-        if args.protected is None:
-            return usage_error("give the version the alias names, --protect or --unprotect")
-        named = ModelInfo.model_validate(client.call(base, "GET", "models", args.name)).aliases
-        if args.alias not in named:
-            return usage_error(f"{args.name} has no alias {args.alias!r}: give a version")
-        version = named[args.alias]
-    body = {"version": version, "protected": args.protected}
-    info = AliasInfo.model_validate(client.call(base, "PUT", *parts, json=body))
+    if args.version is None and args.protected is None:
+        return usage_error("give the version the alias names, --protect or --unprotect")
+    with client(args) as registry:
+        version = args.version
+        if version is None:
+            named = registry.aliases(args.name)
+            if args.alias not in named:
+                return usage_error(f"{args.name} has no alias {args.alias!r}: give a version")
+            version = named[args.alias]
+        info = registry.set_alias(args.name, args.alias, version, protected=args.protected)
     mark = " (protected)" if info.protected else ""
     emit(args, info.model_dump(mode="json"), f"{args.name}: {args.alias} -> v{version}{mark}")
     return EXIT_OK
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.records import VersionInfo
-
-    params = {"reason": args.reason, "detach_aliases": args.detach_aliases}
-    answer = client.call(
-        server(args), "DELETE", "models", args.name, "versions", args.ref, params=params
-    )
-    info = VersionInfo.model_validate(answer)
+    with client(args) as registry:
+        info = registry.delete_version(
+            args.name, args.ref, args.reason, detach_aliases=args.detach_aliases
+        )
     emit(args, info.model_dump(mode="json"), f"deleted {version_line(info)}")
     return EXIT_OK
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from app import client
-    from app.programs.diff import ProgramDiff, render_text
+    from app.programs.diff import render_text
 
-    parts = ("models", args.name, "versions", args.new, "diff")
-    answer = client.call(server(args), "GET", *parts, params={"against": args.old})
-    result = ProgramDiff.model_validate(answer)
+    with client(args) as registry:
+        result = registry.diff(args.name, args.new, args.old)
     emit(args, result.model_dump(mode="json"), render_text(result))
     return EXIT_OK
 
 
-def _search_params(args: argparse.Namespace) -> dict[str, Any]:
-    given = {
+def _search(args: argparse.Namespace) -> int:
+    filters: dict[str, Any] = {
         "model": args.model,
-        "tag": args.tag or None,
+        "tag": args.tag or (),
         "alias": args.alias,
         "program_digest": args.program_digest,
         "graph_digest": args.graph_digest,
@@ -111,62 +96,47 @@ def _search_params(args: argparse.Namespace) -> dict[str, Any]:
         "pushed_by": args.pushed_by,
         "created_after": args.since,
         "created_before": args.until,
-        "include_deleted": args.include_deleted or None,
+        "include_deleted": args.include_deleted,
         "limit": args.limit,
     }
-    return {k: v for k, v in given.items() if v is not None}
-
-
-def _search(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.search import SearchPage
-
-    params = _search_params(args)
     found: list[Any] = []
-    for _ in range(MAX_PAGES if args.all else 1):
-        page = SearchPage.model_validate(client.call(server(args), "GET", "search", params=params))
-        found += page.versions
-        if page.next is None:
-            break
-        params["after"] = page.next
+    after: int | None = None
+    with client(args) as registry:
+        for _ in range(MAX_PAGES if args.all else 1):
+            page = registry.search(**filters, after=after)
+            found += page.versions
+            if page.next is None:
+                break
+            after = page.next
     data = [v.model_dump(mode="json") for v in found]
     emit(args, data, "\n".join(version_line(v) for v in found) or "no versions match")
     return EXIT_OK
 
 
 def _webhook(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry import webhooks as hooks
-
-    base = server(args)
     if args.action != "list" and not args.target:
         return usage_error(f"webhook {args.action} needs the webhook's {_TARGET[args.action]}")
-    if args.action == "create":
-        body = {"url": args.target, "model": args.model, "events": args.event or None}
-        created = hooks.CreatedSubscription.model_validate(
-            client.call(base, "POST", "webhooks", json=body)
-        )
-        text = f"webhook {created.id}\nsecret {created.secret}  (shown this once: keep it)"
-        emit(args, created.model_dump(mode="json"), text)
-    elif args.action == "list":
-        params = {"model": args.model} if args.model else {}
-        listed = client.call(base, "GET", "webhooks", params=params)["webhooks"]
-        subs = [hooks.Subscription.model_validate(s) for s in listed]
-        lines = [f"{s.id}  {s.model or '*'}  {','.join(s.events)}  {s.url}" for s in subs]
-        emit(args, [s.model_dump(mode="json") for s in subs], "\n".join(lines) or "no webhooks")
-    elif args.action == "delete":
-        client.call(base, "DELETE", "webhooks", args.target)
-        emit(args, {"deleted": args.target}, f"webhook {args.target} deleted")
-    else:
-        page = hooks.DeliveryPage.model_validate(
-            client.call(base, "GET", "webhooks", args.target, "deliveries")
-        )
-        lines = [
-            f"{d.id}  {d.kind}  {d.model}  {d.status}  {d.attempts} attempts  "
-            f"last {d.last_status or d.last_error or '-'}"
-            for d in page.deliveries
-        ]
-        emit(args, page.model_dump(mode="json"), "\n".join(lines) or "no deliveries")
+    with client(args) as registry:
+        if args.action == "create":
+            created = registry.create_webhook(args.target, model=args.model, events=args.event)
+            text = f"webhook {created.id}\nsecret {created.secret}  (shown this once: keep it)"
+            emit(args, created.model_dump(mode="json"), text)
+        elif args.action == "list":
+            subs = registry.webhooks(args.model or None)
+            lines = [f"{s.id}  {s.model or '*'}  {','.join(s.events)}  {s.url}" for s in subs]
+            data = [s.model_dump(mode="json") for s in subs]
+            emit(args, data, "\n".join(lines) or "no webhooks")
+        elif args.action == "delete":
+            registry.delete_webhook(args.target)
+            emit(args, {"deleted": args.target}, f"webhook {args.target} deleted")
+        else:
+            page = registry.deliveries(args.target)
+            lines = [
+                f"{d.id}  {d.kind}  {d.model}  {d.status}  {d.attempts} attempts  "
+                f"last {d.last_status or d.last_error or '-'}"
+                for d in page.deliveries
+            ]
+            emit(args, page.model_dump(mode="json"), "\n".join(lines) or "no deliveries")
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""The registry commands: push, pull, versions (the client in app.client does the HTTP); the
+"""The registry commands: push, pull, versions (app.client's `Client` does the HTTP); the
 curation commands (models, tags, aliases, delete, search, webhooks) are in app.cli.manage."""
 
 from __future__ import annotations
@@ -14,12 +14,20 @@ from app.cli.common import EXIT_OK, Parser, Progress, emit
 
 if TYPE_CHECKING:
     from app.cli.common import Subcommands
+    from app.client import Client
 
 
 def server(args: argparse.Namespace) -> str:
     """The service's base URL: --url, else $PT2SERDE_URL, else the local default."""
     url: str = args.url or os.environ.get("PT2SERDE_URL", "http://127.0.0.1:8000")
     return url
+
+
+def client(args: argparse.Namespace) -> Client:
+    """The client of the command's service, with the token of --token, else $PT2SERDE_TOKEN."""
+    from app.client import Client
+
+    return Client(server(args), args.token or os.environ.get("PT2SERDE_TOKEN"))
 
 
 def version_line(v: Any) -> str:
@@ -53,34 +61,27 @@ class Transfer:
 
 
 def _push(args: argparse.Namespace) -> int:
-    from app import client
-
-    pushed = client.push(
-        server(args),
-        args.name,
-        Path(args.input),
-        model=args.model,
-        progress=Transfer(args, "sent"),
-    )
+    with client(args) as registry:
+        pushed = registry.push(
+            args.name, Path(args.input), model=args.model, progress=Transfer(args, "sent")
+        )
     verb = "pushed" if pushed.created else "already there:"
     emit(args, pushed.version.model_dump(mode="json"), f"{verb} {version_line(pushed.version)}")
     return EXIT_OK
 
 
 def _pull(args: argparse.Namespace) -> int:
-    from app import client
-
-    got = client.pull(
-        server(args), args.name, Path(args.dest), args.ref, progress=Transfer(args, "received")
-    )
+    with client(args) as registry:
+        got = registry.pull(
+            args.name, Path(args.dest), args.ref, progress=Transfer(args, "received")
+        )
     emit(args, got.model_dump(mode="json"), f"wrote {args.dest}: {version_line(got)}")
     return EXIT_OK
 
 
 def _versions(args: argparse.Namespace) -> int:
-    from app import client
-
-    found = client.versions(server(args), args.name, include_deleted=args.include_deleted)
+    with client(args) as registry:
+        found = registry.versions(args.name, include_deleted=args.include_deleted)
     data = [v.model_dump(mode="json") for v in found]
     emit(args, data, "\n".join(version_line(v) for v in found) or "no versions")
     return EXIT_OK

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import socket
@@ -17,8 +16,8 @@ import orjson
 import pytest
 import torch
 
-from app import client as registry_client
 from app import operations as ops
+from app.client import Client, ClientFailure
 from app.settings import Settings
 from tests.cli.test_cli import run as run_cli
 from tests.registry.conftest import (
@@ -329,54 +328,54 @@ def test_client_gone_mid_upload_leaves_nothing(
     problem(client.get("/v1/models/gone"), 404, "model-not-found")
 
 
-def test_client_functions(
-    served: RegistryServer, archives: dict[str, bytes], tmp_path: Path
-) -> None:
+def test_client_methods(served: RegistryServer, archives: dict[str, bytes], tmp_path: Path) -> None:
     first, second = tmp_path / "first.pt2", tmp_path / "second.pt2"
     first.write_bytes(archives["conv"])
     second.write_bytes(variant(archives["conv"], 3))
-    pushed = registry_client.push(served.url, "cli", first)
-    assert (pushed.created, pushed.version.version) == (True, 1)
-    assert registry_client.push(served.url, "cli", first).created is False
-    assert registry_client.push(served.url, "cli", second).version.version == 2
-    assert [v.version for v in registry_client.versions(served.url, "cli")] == [1, 2]
-    moved = registry_client.alias(served.url, "cli", "champion", 1)
-    assert (moved.alias, moved.version) == ("champion", 1)
-    pulled = registry_client.pull(served.url, "cli", tmp_path / "out" / "a.pt2", "champion")
-    assert pulled == registry_client.versions(served.url, "cli")[0]
-    assert sha256((tmp_path / "out" / "a.pt2").read_bytes()) == pulled.digests.archive
-    assert_served((tmp_path / "out" / "a.pt2").read_bytes(), archives["conv"])
-    latest = registry_client.pull(served.url, "cli", tmp_path / "out" / "b.pt2")
-    assert latest.version == 2
-    assert_served((tmp_path / "out" / "b.pt2").read_bytes(), second.read_bytes())
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.pt2", "b.pt2"]
+    with Client(served.url) as registry:
+        pushed = registry.push("cli", first)
+        assert (pushed.created, pushed.version.version) == (True, 1)
+        assert registry.push("cli", first).created is False
+        assert registry.push("cli", second).version.version == 2
+        assert [v.version for v in registry.versions("cli")] == [1, 2]
+        moved = registry.set_alias("cli", "champion", 1)
+        assert (moved.alias, moved.version) == ("champion", 1)
+        pulled = registry.pull("cli", tmp_path / "out" / "a.pt2", "champion")
+        assert pulled == registry.versions("cli")[0]
+        assert sha256((tmp_path / "out" / "a.pt2").read_bytes()) == pulled.digests.archive
+        assert_served((tmp_path / "out" / "a.pt2").read_bytes(), archives["conv"])
+        latest = registry.pull("cli", tmp_path / "out" / "b.pt2")
+        assert latest.version == 2
+        assert_served((tmp_path / "out" / "b.pt2").read_bytes(), second.read_bytes())
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.pt2", "b.pt2"]
 
-    with pytest.raises(registry_client.ClientFailure) as caught:
-        registry_client.versions(served.url, "nobody")
-    assert caught.value.code == "model-not-found"
-    with pytest.raises(registry_client.ClientFailure) as caught:
-        registry_client.alias(served.url, "cli", "latest", 1)
-    assert caught.value.code == "invalid-name"
-    invalid = tmp_path / "invalid.pt2"
-    invalid.write_bytes(
-        rewrite_member(
-            archives["conv"],
-            "models/model.json",
-            lambda b: b.replace(b"aten.relu.default", b"aten.relu_nope.default"),
+        with pytest.raises(ClientFailure) as caught:
+            registry.versions("nobody")
+        assert caught.value.code == "model-not-found"
+        with pytest.raises(ClientFailure) as caught:
+            registry.set_alias("cli", "latest", 1)
+        assert caught.value.code == "invalid-name"
+        invalid = tmp_path / "invalid.pt2"
+        invalid.write_bytes(
+            rewrite_member(
+                archives["conv"],
+                "models/model.json",
+                lambda b: b.replace(b"aten.relu.default", b"aten.relu_nope.default"),
+            )
         )
-    )
-    with pytest.raises(registry_client.ClientFailure) as caught:
-        registry_client.push(served.url, "cli", invalid)
-    assert caught.value.code == "invalid-program"
-    assert [(i.code, i.path) for i in caught.value.issues] == [
-        ("operator-unknown", "/graph_module/graph/nodes/1/target")
-    ]
-    with pytest.raises(registry_client.ClientFailure) as caught:
-        registry_client.versions("http://127.0.0.1:9", "cli", timeout=5)
-    assert caught.value.code == "server-unreachable"
+        with pytest.raises(ClientFailure) as caught:
+            registry.push("cli", invalid)
+        assert caught.value.code == "invalid-program"
+        assert [(i.code, i.path) for i in caught.value.issues] == [
+            ("operator-unknown", "/graph_module/graph/nodes/1/target")
+        ]
+        with pytest.raises(ClientFailure) as caught:
+            with Client("http://127.0.0.1:9", timeout=5) as unreachable:
+                unreachable.versions("cli")
+        assert caught.value.code == "server-unreachable"
 
 
-def test_client_refuses_corrupt_downloads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_client_refuses_corrupt_downloads(tmp_path: Path) -> None:
     """A server (or proxy) that sends other bytes than the digest it announced."""
     info = {
         "model": "m",
@@ -406,14 +405,9 @@ def test_client_refuses_corrupt_downloads(monkeypatch: pytest.MonkeyPatch, tmp_p
             return httpx.Response(200, content=b"wrong")
         return httpx.Response(200, json=info)
 
-    @contextlib.contextmanager
-    def lying(timeout: float) -> Iterator[httpx.Client]:
-        with httpx.Client(transport=httpx.MockTransport(answer), timeout=timeout) as c:
-            yield c
-
-    monkeypatch.setattr(registry_client, "_client", lying)
-    with pytest.raises(registry_client.ClientFailure) as caught:
-        registry_client.pull("http://registry", "m", tmp_path / "m.pt2")
+    lying = Client("http://registry", transport=httpx.MockTransport(answer))
+    with lying, pytest.raises(ClientFailure) as caught:
+        lying.pull("m", tmp_path / "m.pt2")
     assert caught.value.code == "download-corrupt"
     assert list(tmp_path.iterdir()) == []
 
