@@ -27,8 +27,8 @@ run: $(RUN_STAMP)
 	$(BIN)/pt2serde serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check schema app tests bench
-	$(BIN)/ruff format --check schema app tests bench
+	$(BIN)/ruff check pt2serde schema app tests bench
+	$(BIN)/ruff format --check pt2serde schema app tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

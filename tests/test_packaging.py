@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -58,9 +59,10 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tracked(clone: Path) -> list[str]:
-    """Every committed file of the `schema` and `app` packages."""
-    listed = _ok(_run(["git", "ls-files", "schema", "app"], clone)).split()
+    """Every committed file of the `pt2serde`, `schema` and `app` packages."""
+    listed = _ok(_run(["git", "ls-files", "pt2serde", "schema", "app"], clone)).split()
     assert "app/cli/__init__.py" in listed
+    assert "pt2serde/__init__.py" in listed
     assert "schema/py.typed" in listed
     return listed
 
@@ -151,11 +153,17 @@ def test_the_wheel_without_torch_runs_the_torch_free_commands(
     assert "No module named 'torch'" in probe.stderr
     loaded = _ok(
         _run(
-            [python, "-c", "import sys, app.cli, schema; print(' '.join(sorted(sys.modules)))"],
+            [
+                python,
+                "-c",
+                "import sys, app.cli, pt2serde; print(pt2serde.__version__, *sorted(sys.modules))",
+            ],
             here,
             env=env,
         )
     ).split()
+    # __version__ is the installed distribution's, as pyproject.toml names it
+    assert loaded[0] == tomllib.loads((clone / "pyproject.toml").read_text())["project"]["version"]
     assert [m for m in loaded if m.split(".")[0] in EXTRA_MODULES] == []
 
     semantic = _run([cli, "validate", "--level", "semantic", "--json", str(conv_json)], here, env)
