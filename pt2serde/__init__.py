@@ -11,14 +11,14 @@ The code lives in the distribution's two other import packages, `schema` (the wi
 `pt2serde.schema`) and `app` (the service, the CLI and `Client`); this package is the one name
 a user writes, so what those are called can change without changing a user's code
 (docs/architecture.md, "The import name"). Importing it imports neither torch nor the server's
-dependencies: `Client` and its failures are loaded on first use.
+dependencies: `Client` and its failures are loaded on first use, and `__version__` (the
+installed distribution's) is read when first asked for.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,11 +64,7 @@ if TYPE_CHECKING:
         Unavailable,
     )
 
-try:
-    __version__ = metadata.version("pt2serde")
-except metadata.PackageNotFoundError:
-    # a checkout on PYTHONPATH, not installed: no distribution metadata to read
-    __version__ = "0+unknown"
+    __version__: str
 
 #: What app.client gives, imported when first asked for (it needs the `server` extra).
 _FROM_CLIENT = (
@@ -103,6 +99,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        import app
+
+        return app.version()
     if name in _FROM_CLIENT:
         return getattr(importlib.import_module("app.client"), name)
     raise AttributeError(f"module 'pt2serde' has no attribute {name!r}")

@@ -8,11 +8,11 @@ a comment or in docs/ (tests/cli/test_help.py checks every --help).
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 
+import app
 import schema
 from app.cli import admin, manage, programs, registry, schemas, serve, storage
 from app.cli.common import (
@@ -44,7 +44,7 @@ Most commands take --json for machine-readable output. Exit codes: 0 ok, 1 inval
 def version() -> str:
     """What `pt2serde --version` prints: the installed distribution and the schema it writes."""
     return (
-        f"pt2serde {importlib.metadata.version('pt2serde')} "
+        f"pt2serde {app.version()} "
         f"(writes torch export schema {schema.format_version(schema.CURRENT)})"
     )
 
