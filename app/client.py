@@ -290,13 +290,11 @@ class Client:
             time.sleep(wait)
             attempt += 1
         if not response.is_success:
-            try:
+            with contextlib.closing(response), _reaching():
                 raise _failure(response)
-            finally:
-                response.close()
         return response
 
-    def _json(self, route: str, **kwargs: Any) -> bytes:
+    def _body(self, route: str, **kwargs: Any) -> bytes:
         """A route's answer body, whole."""
         return _read(self._send(route, **kwargs))
 
@@ -374,7 +372,7 @@ class Client:
 
     def version(self, name: str, ref: str | int = "latest") -> VersionInfo:
         """A version's metadata (deleted ones included)."""
-        return VersionInfo.model_validate_json(self._json("version", name=name, ref=ref))
+        return VersionInfo.model_validate_json(self._body("version", name=name, ref=ref))
 
     def versions(self, name: str, *, include_deleted: bool = False) -> list[VersionInfo]:
         """Every version of a model in number order (all pages)."""
@@ -383,7 +381,7 @@ class Client:
         while True:
             query = {"limit": 1000, "include_deleted": include_deleted, "after": after}
             page = VersionPage.model_validate_json(
-                self._json("versions", name=name, query=_query(query))
+                self._body("versions", name=name, query=_query(query))
             )
             found += page.versions
             if page.next is None:
@@ -395,19 +393,19 @@ class Client:
     ) -> VersionInfo:
         """Soft-delete a version, with the reason; `detach_aliases` removes aliases naming it."""
         query = {"reason": reason, "detach_aliases": detach_aliases}
-        answer = self._json("delete_version", name=name, ref=ref, query=query)
+        answer = self._body("delete_version", name=name, ref=ref, query=query)
         return VersionInfo.model_validate_json(answer)
 
     def diff(self, name: str, new: str | int, against: str | int) -> ProgramDiff:
         """What changed from version `against` (of this model, or ``model:ref`` of another) to
         version `new`."""
-        answer = self._json("diff", name=name, ref=new, query={"against": str(against)})
+        answer = self._body("diff", name=name, ref=new, query={"against": str(against)})
         return ProgramDiff.model_validate_json(answer)
 
     def validate(self, name: str, ref: str | int = "latest", level: str = "semantic") -> Report:
         """A stored version's validation report at level ``schema`` or ``semantic`` (every
         version passed level torch at its push)."""
-        answer = self._json("validate", name=name, ref=ref, query={"level": level})
+        answer = self._body("validate", name=name, ref=ref, query={"level": level})
         return Report.model_validate_json(answer)
 
     # ------------------------------------------------------------ models, tags, aliases
@@ -415,20 +413,20 @@ class Client:
     def models(self, *, limit: int | None = None, after: str | None = None) -> ModelPage:
         """A page of the models the caller may read, in name order."""
         query = _query({"limit": limit, "after": after})
-        return ModelPage.model_validate_json(self._json("models", query=query))
+        return ModelPage.model_validate_json(self._body("models", query=query))
 
     def model(self, name: str) -> ModelInfo:
         """A model: its newest version, how many are live, its aliases."""
-        return ModelInfo.model_validate_json(self._json("model", name=name))
+        return ModelInfo.model_validate_json(self._body("model", name=name))
 
     def set_tag(self, name: str, ref: str | int, key: str, value: str) -> VersionInfo:
         """Set a tag on a live version."""
-        answer = self._json("set_tag", name=name, ref=ref, key=key, json={"value": value})
+        answer = self._body("set_tag", name=name, ref=ref, key=key, json={"value": value})
         return VersionInfo.model_validate_json(answer)
 
     def delete_tag(self, name: str, ref: str | int, key: str) -> VersionInfo:
         """Remove a tag from a live version."""
-        answer = self._json("delete_tag", name=name, ref=ref, key=key)
+        answer = self._body("delete_tag", name=name, ref=ref, key=key)
         return VersionInfo.model_validate_json(answer)
 
     def aliases(self, name: str) -> dict[str, int]:
@@ -441,12 +439,12 @@ class Client:
         """Point `alias` (``champion``, ``staging``, ...) at a version, or move it; `protected`
         marks or unmarks it (None keeps its mark)."""
         body = {"version": version, "protected": protected}
-        answer = self._json("set_alias", name=name, alias=alias, json=body)
+        answer = self._body("set_alias", name=name, alias=alias, json=body)
         return AliasInfo.model_validate_json(answer)
 
     def delete_alias(self, name: str, alias: str) -> None:
         """Remove an alias."""
-        self._json("delete_alias", name=name, alias=alias)
+        self._body("delete_alias", name=name, alias=alias)
 
     # ------------------------------------------------------------ search
 
@@ -486,13 +484,13 @@ class Client:
                 "after": after,
             }
         )
-        return SearchPage.model_validate_json(self._json("search", query=query))
+        return SearchPage.model_validate_json(self._body("search", query=query))
 
     # ------------------------------------------------------------ webhooks
 
     def webhooks(self, model: str | None = None) -> list[Subscription]:
         """Live subscriptions (those reaching `model`'s events, when given), oldest first."""
-        answer = self._json("webhooks", query=_query({"model": model}))
+        answer = self._body("webhooks", query=_query({"model": model}))
         return _SUBSCRIPTIONS.validate_json(answer)["webhooks"]
 
     def create_webhook(
@@ -501,21 +499,21 @@ class Client:
         """Subscribe `url` to registry events (all kinds, or `events`) of one model or all;
         the answer holds the signing secret, shown this once."""
         body = {"url": url, "model": model, "events": list(events) if events else None}
-        return CreatedSubscription.model_validate_json(self._json("create_webhook", json=body))
+        return CreatedSubscription.model_validate_json(self._body("create_webhook", json=body))
 
     def delete_webhook(self, webhook_id: str) -> None:
         """Delete a subscription."""
-        self._json("delete_webhook", webhook_id=webhook_id)
+        self._body("delete_webhook", webhook_id=webhook_id)
 
     def deliveries(self, webhook_id: str) -> DeliveryPage:
         """A subscription's deliveries, newest first."""
-        return DeliveryPage.model_validate_json(self._json("deliveries", webhook_id=webhook_id))
+        return DeliveryPage.model_validate_json(self._body("deliveries", webhook_id=webhook_id))
 
     # ------------------------------------------------------------ the organization
 
     def tokens(self, owner: str | None = None) -> list[TokenInfo]:
         """API tokens, newest first: an admin sees everyone's (or `owner`'s), others their own."""
-        return _TOKENS.validate_json(self._json("tokens", query=_query({"owner": owner})))
+        return _TOKENS.validate_json(self._body("tokens", query=_query({"owner": owner})))
 
     def create_token(
         self, name: str, *, owner: str | None = None, admin: bool = False, expires_at: str = ""
@@ -524,29 +522,29 @@ class Client:
         body: dict[str, Any] = {"name": name, "owner": owner, "admin": admin}
         if expires_at:
             body["expires_at"] = expires_at
-        return NewToken.model_validate_json(self._json("create_token", json=body))
+        return NewToken.model_validate_json(self._body("create_token", json=body))
 
     def revoke_token(self, token_id: str) -> TokenInfo:
         """Revoke a token."""
-        return TokenInfo.model_validate_json(self._json("revoke_token", token_id=token_id))
+        return TokenInfo.model_validate_json(self._body("revoke_token", token_id=token_id))
 
     def permissions(self, name: str) -> list[Grant]:
         """A model's grants."""
-        return _GRANTS.validate_json(self._json("permissions", name=name))
+        return _GRANTS.validate_json(self._body("permissions", name=name))
 
     def set_permission(self, name: str, principal: str, level: str) -> Grant:
         """Grant a principal (a user, or ``*``) a level on a model."""
-        answer = self._json("set_permission", name=name, principal=principal, json={"level": level})
+        answer = self._body("set_permission", name=name, principal=principal, json={"level": level})
         return Grant.model_validate_json(answer)
 
     def delete_permission(self, name: str, principal: str) -> None:
         """Remove a principal's grant on a model."""
-        self._json("delete_permission", name=name, principal=principal)
+        self._body("delete_permission", name=name, principal=principal)
 
     def audit(self, **filters: str | int | None) -> AuditPage:
         """A page of the audit log, newest first (filters: model, actor, action, since, until,
         before, limit)."""
-        return AuditPage.model_validate_json(self._json("audit", query=_query(filters)))
+        return AuditPage.model_validate_json(self._body("audit", query=_query(filters)))
 
 
 def _save(response: httpx.Response, dest: Path, digest: str, progress: Progress | None) -> None:
