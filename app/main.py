@@ -35,7 +35,7 @@ from app.http.head import HeadAsGet
 from app.http.problems import problem_responses
 from app.settings import Settings
 from app.workers.admission import Admission
-from app.workers.documents import DocumentRunner
+from app.workers.runner import DocumentRunner
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -1,8 +1,10 @@
-"""The four operations (serialize, deserialize, canonicalize, validate) over archives and documents.
+"""The operations (serialize, canonicalize, check, inspect, diff, and what deserialize needs
+before torch) over archives and documents, in the process that calls them.
 
-The one place where the layers are composed: the CLI and the HTTP routes both call these. Every
-document is bounded, parsed, upgraded to the current schema and screened before anything else
-looks at it; torch runs only in the worker pool.
+The one place where the layers below are composed: the jobs (app.jobs) call these, in this
+process or in a worker, and so do the CLI and the routes through them. Every document is
+bounded, parsed, upgraded to the current schema and screened before anything else looks at it;
+torch's part is a job of app.jobs.torch.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import IO, Literal, Protocol
+from typing import IO
 
 import orjson
 from pydantic import BaseModel
@@ -24,6 +26,8 @@ import schema
 from app.archive import Archive, ManifestEntry, manifest, open_archive
 from app.archive.pickles import check_torch_save
 from app.archive.tensors import dtype_name
+from app.archive.zipread import Media as Media
+from app.archive.zipread import media_of as media_of
 from app.failure import Failure, problem_code
 from app.programs import diff as program_diffs
 from app.programs import inspect as inspection
@@ -44,16 +48,6 @@ from app.releases import lacking, lacking_target, releases, rules, running
 from app.settings import Settings
 from app.tensors.safetensors_io import StoredTensor, write_safetensors
 from app.tensors.sources import TensorSource
-
-Media = Literal["zip", "json"]
-
-
-class TorchRunner(Protocol):
-    """What runs torch jobs: the worker pool (`app.workers.torch.TorchPool.submit`)."""
-
-    def submit(self, job: str, *args: object) -> object:
-        """Run a job of app.jobs.torch in a worker and return its result."""
-        ...
 
 
 class OperationFailure(Failure):
@@ -151,12 +145,6 @@ def _json_documents(raw: bytes, settings: Settings) -> dict[str, bytes]:
             [schema.Issue("wrong-type", "/documents", "expected an object of documents")]
         )
     return {str(name): orjson.dumps(doc) for name, doc in documents.items()}
-
-
-def media_of(path: Path) -> Media:
-    """A file's media from its first bytes (a .pt2 is a zip; anything else is read as JSON)."""
-    with path.open("rb") as f:
-        return "zip" if f.read(2) == b"PK" else "json"
 
 
 @dataclass
@@ -324,6 +312,17 @@ def tied_weights(source: Source, model: str | None = None) -> dict[str, str]:
 # ---------------------------------------------------------------- canonicalize
 
 
+@dataclass(frozen=True)
+class Vouched:
+    """The digests a source vouches for: the graph's always, the weights' and the program's only
+    when it held the weights (a JSON document's weights digest would be the empty set's, the
+    same for every model, and its program digest would claim weights it never saw)."""
+
+    graph: str
+    weights: str | None
+    program: str | None
+
+
 @dataclass
 class Canonical:
     """The canonical bytes of one model and its digests."""
@@ -331,6 +330,16 @@ class Canonical:
     model: str
     data: bytes
     digests: Digests
+    #: whether the source held the model's weights (a JSON document holds none)
+    weights_held: bool
+
+    def vouched(self) -> Vouched:
+        """The digests the source vouches for (`Vouched`)."""
+        held = self.weights_held
+        digests = self.digests
+        return Vouched(
+            digests.graph, digests.weights if held else None, digests.program if held else None
+        )
 
 
 def canonical(source: Source, settings: Settings, model: str | None = None) -> Canonical:
@@ -342,6 +351,7 @@ def canonical(source: Source, settings: Settings, model: str | None = None) -> C
         document.name,
         data,
         Digests.of(graph_digest_of(data), _weights_digest(source, document.name)),
+        source.archive is not None,
     )
 
 
@@ -452,24 +462,6 @@ def _concrete(value: schema.SymIntAsInt | schema.SymIntAsExpr) -> int:
 # ---------------------------------------------------------------- validate
 
 
-def validate(
-    source: Source,
-    level: Level,
-    settings: Settings,
-    runner: TorchRunner | None,
-    model: str | None = None,
-    weights: Path | None = None,
-) -> Report:
-    """The validation report of one model at a level; `torch` needs a runner (the pool), and
-    checks the tensors of `weights` (a safetensors file) or else the archive's own."""
-    report = check(source, level, settings, model)
-    if level != "torch" or not report.valid:
-        return report
-    name = source.model(model)
-    document = schema.dump(source.checked[name].doc)
-    return torch_checked(report, runner, document, weights_from(weights, source, name))
-
-
 def check(source: Source, level: Level, settings: Settings, model: str | None = None) -> Report:
     """The report of every check short of torch's (at level torch, it says torch is unchecked);
     a document found valid past the schema level is kept on the source as read."""
@@ -500,18 +492,6 @@ def check(source: Source, level: Level, settings: Settings, model: str | None = 
     for step in upgraded.steps:
         report.findings.append(Finding(code="upgraded", severity="info", path="", message=step))
     return report
-
-
-def torch_checked(
-    report: Report, runner: TorchRunner | None, document: bytes | Path, tensors: TensorSource
-) -> Report:
-    """A valid semantic `report` with torch's check of the document (its bytes, or the file a
-    document job wrote them to) and its tensors added; needs a runner (the torch pool)."""
-    if runner is None:
-        raise OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
-    result = runner.submit("job_torch_check", document, tensors)
-    assert isinstance(result, dict)
-    return merge_torch_check(report, TorchCheck.from_dict(result))
 
 
 def validate_bytes_report(raw: bytes, level: Level, settings: Settings) -> Report:
@@ -632,27 +612,6 @@ def with_sample_inputs(
         return tensors
     member = sample_inputs(source, settings).proven.get(source.model(model))
     return replace(tensors, sample_inputs=member)
-
-
-def deserialize_to(
-    document: Source,
-    weights: TensorSource,
-    settings: Settings,
-    runner: TorchRunner,
-    target: Path,
-    model: str | None = None,
-    for_torch: str | None = None,
-) -> str | None:
-    """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from the
-    document and the weights (with the document's proven sample inputs, when the weights are its
-    archive's); the worker reads the weights and writes the file itself. With `for_torch`, the
-    archive is the one that torch release loads (`older_schema`), whose schema version is
-    returned; nothing is written when it is refused."""
-    doc = buildable(document, weights, settings, model)
-    version = older_schema(doc, for_torch)
-    weights = with_sample_inputs(weights, document, settings, model)
-    runner.submit("job_deserialize_to_pt2", schema.dump(doc), weights, target, for_torch)
-    return version
 
 
 def older_schema(doc: schema.ExportedProgram, for_torch: str | None) -> str | None:

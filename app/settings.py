@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     #: uploads over document_inline_bytes (each runs one job at a time).
     document_workers: int = 2
     #: an upload of at most this many bytes is worked on in the API process: a round trip to a
-    #: worker costs more than reading it (measured: see app/workers/documents.py).
+    #: worker costs more than reading it (measured: see app/workers/runner.py).
     document_inline_bytes: int = 256 * 1024
     #: address-space limit of a document worker, in MiB (0: no limit).
     document_worker_memory_mb: int = 4096

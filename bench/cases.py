@@ -131,7 +131,7 @@ def our_canonical(doc: schema.ExportedProgram) -> tuple[bytes, Digests]:
 def our_validate(archive: bytes, settings: Settings) -> Report:
     """Semantic validation of an archive as the service does it (open, bound, parse, check)."""
     with ops.open_source(archive, "zip", settings) as source:
-        return ops.validate(source, "semantic", settings, None)
+        return ops.check(source, "semantic", settings)
 
 
 def our_deserialize(archive: bytes, settings: Settings) -> tuple[Any, bytes]:

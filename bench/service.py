@@ -68,7 +68,7 @@ class Endpoint:
 def library_validate(body: bytes, settings: Settings) -> Any:
     """What /v1/validate?level=semantic runs for a JSON document."""
     with ops.open_source(body, "json", settings) as source:
-        return ops.validate(source, "semantic", settings, None)
+        return ops.check(source, "semantic", settings)
 
 
 def library_canonical(body: bytes, settings: Settings) -> Any:

@@ -27,7 +27,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from app.jobs import torch as jobs
+from app.jobs import push
+from app.jobs.runners import INLINE
 from app.registry.blobs import Objects, Piece
 from app.registry.blobs.local import LocalObjects
 from app.registry.ingest import Candidate
@@ -45,15 +46,6 @@ _READ = 1 << 20
 #: both sides meet the same state of a shared machine, and the best of each is kept
 _ROUNDS = 3
 _READS = 3
-
-
-class _InProcessTorch:
-    """Runs the torch check in this process (the bench has torch loaded already)."""
-
-    def submit(self, job: str, *args: object) -> object:
-        """Run a job of app.jobs.torch here."""
-        function: Callable[..., object] = getattr(jobs, job)
-        return function(*args)
 
 
 def _export(module: nn.Module, width: int, path: Path) -> None:
@@ -167,7 +159,7 @@ def _candidate(registry: Registry, archive: Path) -> Candidate:
     staged = registry.blobs.stage()
     try:
         shutil.copyfile(archive, staged.path)
-        return registry.prepare(staged.path, _InProcessTorch())
+        return push.prepare(registry, staged.path, INLINE, INLINE)
     finally:
         staged.discard()
 

@@ -27,6 +27,7 @@ from torch.testing._internal.two_tensor import TwoTensor
 
 from app import operations as ops
 from app.failure import Failure
+from app.jobs import documents as jobs
 from app.settings import Settings
 from app.workers.torch import TorchPool
 from tests.api.conftest import start_server, stop_server
@@ -130,7 +131,7 @@ def _round_trip(
 
 def _findings(archive: Path, settings: Settings = SETTINGS) -> list[tuple[str, str]]:
     with ops.open_source(archive, "zip", settings) as source:
-        report = ops.validate(source, "semantic", settings, None)
+        report = ops.check(source, "semantic", settings)
     return [(f.code, f.severity) for f in report.findings]
 
 
@@ -190,11 +191,11 @@ def test_a_subclass_parameter_is_refused_by_default_by_validate_and_deserialize(
     target = tmp_path / "out.pt2"
     for level in ("semantic", "torch"):
         with ops.open_source(archive, "zip", SETTINGS) as source:
-            report = ops.validate(source, level, SETTINGS, pool)
+            report = jobs.validate(source, SETTINGS, level, pool)
         assert not report.valid
         assert [f.code for f in report.findings if f.severity == "error"] == ["unsafe-pickle"]
     with ops.open_source(archive, "zip", SETTINGS) as source, pytest.raises(Failure) as caught:
-        ops.deserialize_to(source, ops.weights_from(None, source, None), SETTINGS, pool, target)
+        jobs.deserialize_to(source, SETTINGS, pool, target)
     assert caught.value.code == "unsafe-pickle"
     assert not target.exists()
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
 from app import operations as ops
 from app.failure import Failure
+from app.jobs import documents as jobs
+from app.jobs.push import prepare
+from app.jobs.runners import INLINE
 from app.programs.findings import Finding
 from app.registry.errors import RegistryFailure
 from app.registry.store import Registry
@@ -26,7 +29,7 @@ from tests.hostile import (
     consume,
     with_sample_inputs,
 )
-from tests.registry.conftest import InProcessTorch, sample_inputs_of, stored_files
+from tests.registry.conftest import sample_inputs_of, stored_files
 from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close
 
 SETTINGS = Settings()
@@ -35,8 +38,8 @@ SETTINGS = Settings()
 class _NoTorch:
     """A runner that fails the test if a hostile program ever reaches torch."""
 
-    def submit(self, job: str, *args: object) -> object:
-        raise AssertionError(f"a hostile program reached torch ({job})")
+    def submit(self, job: Callable[..., Any], *args: object, timeout_s: float | None = None) -> Any:
+        raise AssertionError(f"a hostile program reached torch ({job.__name__})")
 
 
 def _serialize(data: bytes) -> object:
@@ -51,7 +54,7 @@ def _canonicalize(data: bytes) -> object:
 
 def _validate(data: bytes) -> object:
     with ops.open_source(data, "zip", SETTINGS) as source:
-        report = ops.validate(source, "torch", SETTINGS, _NoTorch())
+        report = jobs.validate(source, SETTINGS, "torch", _NoTorch())
     assert not report.valid
     # a refusal that is a finding reads as the failure the other operations raise
     first = _screened([f for f in report.findings if f.severity == "error"])
@@ -69,9 +72,8 @@ def _screened(errors: list[_Coded]) -> _Coded:
 
 def _deserialize(data: bytes) -> object:
     with ops.open_source(data, "zip", SETTINGS) as source:
-        weights = ops.weights_from(None, source, None)
         # the refusal comes before any torch job, so nothing is ever written here
-        ops.deserialize_to(source, weights, SETTINGS, _NoTorch(), Path("unwritten.pt2"))
+        jobs.deserialize_to(source, SETTINGS, _NoTorch(), Path("unwritten.pt2"))
     return None
 
 
@@ -99,7 +101,7 @@ def _push(registry: Registry, data: bytes) -> object:
     A program found invalid is refused as its first error, like a refusal by `_validate`."""
     staged = registry.blobs.stage_bytes(data)
     try:
-        candidate = registry.prepare(staged.path, _NoTorch())
+        candidate = prepare(registry, staged.path, INLINE, _NoTorch())
     except RegistryFailure as failure:
         if failure.code != "invalid-program":
             raise
@@ -164,7 +166,7 @@ def test_clean_archives_pass_every_operation(archives: dict[str, bytes]) -> None
         _serialize(archives[name])
         _canonicalize(archives[name])
         with ops.open_source(archives[name], "zip", SETTINGS) as source:
-            assert ops.validate(source, "semantic", SETTINGS, None).valid
+            assert ops.check(source, "semantic", SETTINGS).valid
 
 
 def test_the_audit_hook_sees_what_it_guards_against() -> None:
@@ -189,7 +191,7 @@ def test_archives_we_write_pass_our_own_checks(archives: dict[str, bytes]) -> No
         _serialize(out.getvalue())
         _canonicalize(out.getvalue())
         with ops.open_source(out.getvalue(), "zip", SETTINGS) as source:
-            assert ops.validate(source, "semantic", SETTINGS, None).valid
+            assert ops.check(source, "semantic", SETTINGS).valid
 
 
 @pytest.mark.parametrize("payload", sorted(SAMPLE_INPUT_PAYLOADS))
@@ -203,7 +205,7 @@ def test_unproven_sample_inputs_are_a_warning_and_nothing_runs(
         _serialize(data)
         _canonicalize(data)
         with ops.open_source(data, "zip", SETTINGS) as source:
-            report = ops.validate(source, "semantic", SETTINGS, None)
+            report = ops.check(source, "semantic", SETTINGS)
         assert report.valid
         return [f for f in report.findings if f.code == ops.SAMPLE_INPUTS_DROPPED]
 
@@ -227,8 +229,7 @@ def test_deserialize_writes_no_sample_inputs(
         data = with_sample_inputs(archives["conv"], build(marker))
         target = tmp_path / f"{payload}.pt2"
         with ops.open_source(data, "zip", SETTINGS) as source:
-            weights = ops.weights_from(None, source, None)
-            ops.deserialize_to(source, weights, SETTINGS, InProcessTorch(), target)
+            jobs.deserialize_to(source, SETTINGS, INLINE, target)
         written = target.read_bytes()
         assert sample_inputs_of(written) == b""
         consumed = consume(written, program.args, program.kwargs, tmp_path / payload)

@@ -26,6 +26,7 @@ from torch.utils._sympy.numbers import int_oo
 
 import schema
 from app import operations as ops
+from app.jobs import documents as jobs
 from app.programs.expr_grammar import MAX_OPERANDS, TOKEN
 from app.programs.findings import Level, Report
 from app.settings import Settings
@@ -219,7 +220,7 @@ def test_validate(
 ) -> None:
     runner = real_pool if level == "torch" else None
     with ops.open_source(real_archives[name], "zip", SETTINGS) as source:
-        report = ops.validate(source, level, SETTINGS, runner)
+        report = jobs.validate(source, SETTINGS, level, runner)
     assert report.level == level
     assert _errors(report) == []
     assert report.valid
@@ -245,8 +246,7 @@ def test_deserialize_loads_and_runs(
 ) -> None:
     target = tmp_path / "out.pt2"
     with ops.open_source(real_archives[name], "zip", SETTINGS) as source:
-        weights = ops.weights_from(None, source, None)
-        ops.deserialize_to(source, weights, SETTINGS, real_pool, target)
+        jobs.deserialize_to(source, SETTINGS, real_pool, target)
         proven = ops.sample_inputs(source, SETTINGS).proven
     _check_loaded(target, real_zoo[name])
     # proven sample inputs are written, so the loaded module checks the program's guards
@@ -260,9 +260,7 @@ def test_deserialized_programs_check_the_guards_torchs_own_load_checks(
 ) -> None:
     target = tmp_path / "out.pt2"
     with ops.open_source(real_archives["dim_auto"], "zip", SETTINGS) as source:
-        ops.deserialize_to(
-            source, ops.weights_from(None, source, None), SETTINGS, real_pool, target
-        )
+        jobs.deserialize_to(source, SETTINGS, real_pool, target)
     # the export's guard x.size()[1] == y.size()[0], broken
     mismatched = (torch.randn(3, 4), torch.randn(5, 6))
     for path in (real_archives["dim_auto"], target):

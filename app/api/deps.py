@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeVar, TypeVarTuple
 
 import anyio.to_thread
 from fastapi import Depends, Query, Request
@@ -19,12 +19,15 @@ from pydantic import AwareDatetime, BeforeValidator
 
 from app import operations as ops
 from app.http.uploads import Upload, content_type, receive, stream_body
+from app.jobs.torch import job_ping, job_torch_version
 from app.settings import Settings
 from app.workers import pool as workers
 from app.workers.admission import Admission, documents_bytes, memory_need
-from app.workers.documents import DocumentRunner
+from app.workers.runner import DocumentRunner
 from app.workers.torch import torch_spec
-from app.workers.worker import Job
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
 
 
 class LazyTorchPool(workers.LazyPool):
@@ -35,7 +38,7 @@ class LazyTorchPool(workers.LazyPool):
         self._ready = False
         self._torch: str | None = None
 
-    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
+    def submit(self, job: Callable[[*Ts], R], *args: *Ts, timeout_s: float | None = None) -> R:
         """Run a job of app.jobs.torch in a worker (see WorkerPool.submit)."""
         result = super().submit(job, *args, timeout_s=timeout_s)
         self._ready = True
@@ -44,13 +47,13 @@ class LazyTorchPool(workers.LazyPool):
     def ready(self) -> bool:
         """Whether a worker has answered a job; probes with a ping when none has yet."""
         if not self._ready:
-            self.submit("job_ping")
+            self.submit(job_ping)
         return self._ready
 
     def torch_version(self) -> str:
         """The torch version a worker runs (`2.15.0+cu132`), as the worker reports it."""
         if self._torch is None:
-            self._torch = str(self.submit("job_torch_version"))
+            self._torch = self.submit(job_torch_version)
         return self._torch
 
 
@@ -132,7 +135,7 @@ class Work:
     runner: DocumentRunner
     document_bytes: int
 
-    def run(self, job: Any, *args: Any) -> Any:
+    def run(self, job: Callable[[*Ts], R], *args: *Ts) -> R:
         """`job(*args)` here or in a document worker (`DocumentRunner.run`)."""
         return self.runner.run(self.document_bytes, job, *args)
 

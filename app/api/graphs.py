@@ -1,5 +1,5 @@
 """Graph answers: of stored versions, built once per archive and kept on disk; of uploads, built
-for the request. Every one is built in a document worker (app.workers.graphs), never here.
+for the request. Every one is built in a document worker (app.jobs.graph), never here.
 
 A large program's graph takes seconds to build (reading and screening the document, then the
 module tree and the node columns), far past what a first view may take; a stored archive never
@@ -16,18 +16,18 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVarTuple
 
 from app import operations as ops
 from app.api.deps import Work
 from app.failure import Failure
+from app.jobs.graph import job_document_graph, job_graph
+from app.jobs.push import PushFiles
 from app.registry.gc import graph_answers
 from app.registry.records import VersionInfo
 from app.registry.store import Registry
 from app.settings import Settings
-from app.workers.documents import DocumentRunner
-from app.workers.graphs import job_document_graph, job_graph
-from app.workers.pushes import PushFiles
+from app.workers.runner import DocumentRunner
 
 __all__ = ["cached_graph", "upload_graph", "version_graph_file", "warm"]
 
@@ -35,6 +35,7 @@ __all__ = ["cached_graph", "upload_graph", "version_graph_file", "warm"]
 #: runs waits for it instead of building the same answer again.
 _building: dict[str, threading.Lock] = {}
 _guard = threading.Lock()
+_Ts = TypeVarTuple("_Ts")
 
 
 def cached_graph(registry: Registry, digest: str, build: Callable[[Path], None]) -> Path:
@@ -54,7 +55,7 @@ def cached_graph(registry: Registry, digest: str, build: Callable[[Path], None])
     return target
 
 
-def _in_worker(runner: DocumentRunner, size: int, job: Callable[..., None], *args: Any) -> None:
+def _in_worker(runner: DocumentRunner, size: int, job: Callable[[*_Ts], None], *args: *_Ts) -> None:
     # not the runner's `run`, which would build a small program's answer in this process; the
     # job's time limit grows with `size`, the bytes of the program's documents
     runner.submit(job, *args, timeout_s=runner.spec.time_limit(size))

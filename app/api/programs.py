@@ -36,13 +36,14 @@ from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.http.spliced import SplicedResponse
 from app.http.uploads import Part, Upload, receive
+from app.jobs import documents as jobs
+from app.jobs.torch import job_splice_pt2
 from app.programs.diff import ProgramDiff, render_text
 from app.programs.findings import Level, Report
 from app.programs.inspect.registry import InspectAnswer, answer
-from app.workers import documents as jobs
 
 router = APIRouter(prefix="/v1", tags=["programs"])
-#: What a route that works on a document in a worker can also answer (app.workers).
+#: What a route that works on a document in a worker can also answer (app.workers, app.jobs).
 WORK_PROBLEMS: tuple[ProblemCode, ...] = ("service-busy", *TORCH_PROBLEMS)
 
 
@@ -169,9 +170,10 @@ def deserialize(
     weights = _weights_part(upload)
     checked = output.with_name("document.json")  # in the output's folder, removed with it
     given = weights.path if weights else None
-    tensors = work.run(jobs.job_buildable, document, settings, model, given, checked, for_torch)
+    built = work.run(jobs.job_buildable, document, settings, model, given, checked, for_torch)
+    tensors = built.tensors
     # the answer is sent, then removed: its stored tensors go out from the upload itself
-    segments = pool.submit("job_splice_pt2", checked, tensors, output, for_torch)
+    segments = pool.submit(job_splice_pt2, checked, tensors, output, for_torch)
     archive = [tensors.archive] if isinstance(tensors.archive, Path) else []
     return SplicedResponse(segments, [output, *archive], ZIP, "program.pt2")
 
@@ -198,17 +200,11 @@ def canonicalize(
 ) -> Response:
     """An archive or a document -> its canonical bytes, with the digests as headers. A JSON
     document holds no weights: it gets the graph digest alone (its ETag too)."""
-    upload = _program(program)
-    _, digests = program.run(jobs.job_canonical, upload, settings, model, output)
-    if upload.media != "zip":
-        headers = {"X-Graph-Digest": digests.graph, "ETag": f'"{digests.graph}"'}
-    else:
-        headers = {
-            "X-Graph-Digest": digests.graph,
-            "X-Weights-Digest": digests.weights,
-            "X-Program-Digest": digests.program,
-            "ETag": f'"{digests.program}"',
-        }
+    _, digests = program.run(jobs.job_canonical, _program(program), settings, model, output)
+    headers = {"X-Graph-Digest": digests.graph}
+    if digests.weights is not None and digests.program is not None:
+        headers |= {"X-Weights-Digest": digests.weights, "X-Program-Digest": digests.program}
+    headers["ETag"] = f'"{digests.program or digests.graph}"'
     return FileResponse(output, media_type="application/json", headers=headers)
 
 
@@ -248,11 +244,8 @@ def _validated(request: Request, program: Program, level: Level, model: str | No
         checked = program.run(
             jobs.job_check, _program(program), settings, level, model, path, document
         )
-        if checked.tensors is None:
-            return _json(checked.report)
-        torch_pool = pool_of(request)
-        report = ops.torch_checked(checked.report, torch_pool, checked_file.path, checked.tensors)
-        return _json(report)
+        torch_pool = pool_of(request) if checked.tensors is not None else None
+        return _json(jobs.validated(checked, torch_pool, checked_file.path))
 
 
 class Feature(BaseModel):

@@ -19,7 +19,6 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
-from app import operations as ops
 from app.api import graphs
 from app.api.auth import (
     AUTH_PROBLEMS,
@@ -38,9 +37,10 @@ from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.http.ranges import bytes_response
 from app.http.uploads import FormSplitter, PartHeader, content_type, stream_body
+from app.jobs import push
+from app.jobs.documents import job_stored_diff
 from app.programs.diff import ProgramDiff, render_text
 from app.registry.blobs import Staged
-from app.registry.ingest import Candidate, refuse_invalid
 from app.registry.names import MAX_VERSION, check_model_name
 from app.registry.records import (
     AliasInfo,
@@ -52,8 +52,6 @@ from app.registry.records import (
 )
 from app.registry.store import Registry
 from app.settings import Settings
-from app.workers import pushes
-from app.workers.documents import job_stored_diff
 
 
 @asynccontextmanager
@@ -73,8 +71,6 @@ _ARCHIVE_TYPES = {"application/zip", "application/x-zip-compressed", "applicatio
 _ZIP = "application/zip"
 _JSON = "application/json"
 _FILE_PARTS = ("file", "archive")
-#: a push copies the archive a document job wrote into the store's staging this much at a time
-_COPY_CHUNK = 1 << 20
 
 _NAME_PROBLEMS: tuple[ProblemCode, ...] = (
     *AUTH_PROBLEMS,
@@ -183,35 +179,6 @@ async def admitted_push(request: Request, staged: StagedDep) -> AsyncIterator[Wo
 AdmittedDep = Annotated[Work, Depends(admitted_push, scope="function")]
 
 
-def _candidate(
-    registry: Registry,
-    archive: Path,
-    work: Work,
-    pool: PoolDep,
-    model: str | None,
-    files: pushes.PushFiles,
-) -> Candidate:
-    """Vet an uploaded archive as `ingest.prepare` does, with the reading done by a document job
-    and torch's check by a torch job: this process only copies the served archive into the
-    store's staging and reads the canonical bytes."""
-    pushing: pushes.Pushing = work.run(pushes.job_vet, archive, registry.settings, model, files)
-    report = pushing.report
-    if pushing.tensors is not None:
-        report = ops.torch_checked(report, pool, files.document, pushing.tensors)
-    refuse_invalid(report)
-    assert pushing.vetted is not None
-    served = registry.blobs.stage()
-    try:
-        with files.served.open("rb") as source:
-            while chunk := source.read(_COPY_CHUNK):
-                served.write(chunk)
-        served.finish()
-        return Candidate(pushing.vetted, files.canonical.read_bytes(), served)
-    except BaseException:
-        served.discard()
-        raise
-
-
 def _digest_headers(info: VersionInfo) -> dict[str, str]:
     return {
         "X-Program-Digest": info.digests.program,
@@ -278,9 +245,9 @@ def push_version(
     inputs torch's weights_only loader cannot be proven to read are left out (a warning says
     so). The same program (by program digest) pushed again answers its existing version with
     200."""
-    files = pushes.PushFiles(Path(tempfile.mkdtemp(prefix="pt2serde-push-")))
+    files = push.PushFiles(Path(tempfile.mkdtemp(prefix="pt2serde-push-")))
     try:
-        candidate = _candidate(registry, staged.path, work, pool, model, files)
+        candidate = push.prepare(registry, staged.path, work, pool, model, files)
         pushed = registry.push(name, candidate, who.actor)
     except BaseException:
         shutil.rmtree(files.folder, ignore_errors=True)
@@ -434,7 +401,8 @@ async def get_diff(
     now, new = await run_sync(registry.stored, name, ref)
     model = now.archive_model if was.archive_model == now.archive_model else None
     key = (old.digest, new.digest, "diff", model)
-    answer = await on_stored(request, key, [old, new], (job_stored_diff, old, new, settings, model))
+    args = (old, new, settings, model)
+    answer = await on_stored(request, key, [old, new], job_stored_diff, args)
     if format == "json":
         return answer
     # the held answer is the JSON one; a diff is far smaller than the programs it compares

@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 import anyio
 from fastapi import Request
@@ -23,6 +23,8 @@ from app.registry.stored import StoredArchive
 
 _JSON = "application/json"
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+_Ts = TypeVarTuple("_Ts")
 
 
 class _Answers:
@@ -86,10 +88,11 @@ async def on_stored(
     request: Request,
     key: Hashable,
     stored: list[StoredArchive],
-    job: tuple[Any, ...],
-    shape: Callable[[Any], Any] = _as_is,
+    job: Callable[[*_Ts], _R],
+    args: tuple[*_Ts],
+    shape: Callable[[_R], Any] = _as_is,
 ) -> Response:
-    """The JSON answer `job` (a job function and its arguments) computes from `stored`
+    """The JSON answer `job` (a job of app.jobs) computes from its `args` and `stored`
     archives, held by `key`: computed once, under the admission budget an upload of their
     documents would get, in a document worker when they are large (never parsed in this
     process above the inline size); later readers get the held bytes."""
@@ -102,7 +105,7 @@ async def on_stored(
             if body is None:
                 size = sum(archive.document_bytes for archive in stored)
                 async with admit_bytes(request, size) as work:
-                    result = await run_sync(work.run, *job)
+                    result = await run_sync(work.run, job, *args)
                 body = to_json(shape(result))
                 answers.put(key, body)
     return Response(body, media_type=_JSON)

@@ -24,10 +24,10 @@ from app.api.registry import RegistryDep
 from app.api.stored import on_stored, run_sync
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
+from app.jobs.documents import job_stored_inspect, job_stored_ranges, job_stored_validate
 from app.programs.findings import Report
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
 from app.programs.inspect.registry import InspectAnswer, answer
-from app.workers.documents import job_stored_inspect, job_stored_ranges, job_stored_validate
 
 router = APIRouter(prefix="/v1", tags=["views"])
 
@@ -129,8 +129,9 @@ async def version_inspect(
     def shaped(result: BaseModel) -> BaseModel:
         return answer(request.view, result)
 
-    job = (job_stored_inspect, stored, settings, request, info.archive_model)
-    return await on_stored(http, (stored.digest, "inspect", request), [stored], job, shaped)
+    args = (stored, settings, request, info.archive_model)
+    key = (stored.digest, "inspect", request)
+    return await on_stored(http, key, [stored], job_stored_inspect, args, shaped)
 
 
 @router.get(
@@ -165,8 +166,9 @@ async def version_validate(
     """A stored version's validation report at level schema or semantic (every version passed
     level torch when it was pushed)."""
     info, stored = await run_sync(registry.stored, name, ref)
-    job = (job_stored_validate, stored, settings, level, info.archive_model)
-    return await on_stored(request, (stored.digest, "validate", level), [stored], job)
+    args = (stored, settings, level, info.archive_model)
+    key = (stored.digest, "validate", level)
+    return await on_stored(request, key, [stored], job_stored_validate, args)
 
 
 @router.get(
@@ -179,5 +181,5 @@ async def version_ranges(
 ) -> Response:
     """The ranges of a stored version's shape symbols (the dynamic dimensions of its inputs)."""
     info, stored = await run_sync(registry.stored, name, ref)
-    job = (job_stored_ranges, stored, settings, info.archive_model)
-    return await on_stored(request, (stored.digest, "ranges"), [stored], job)
+    args = (stored, settings, info.archive_model)
+    return await on_stored(request, (stored.digest, "ranges"), [stored], job_stored_ranges, args)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 from app.archive.errors import ArchiveFailure
 from app.archive.member_names import common_root, show_name
@@ -23,6 +25,16 @@ from app.archive.zipdir import (
     ZipSource,
 )
 from app.settings import Limits, MiB
+
+#: What an uploaded program is: a .pt2 archive, or JSON (a document, or what serialize writes).
+Media = Literal["zip", "json"]
+
+
+def media_of(path: Path) -> Media:
+    """A file's media from its first bytes (a .pt2 is a zip; anything else is read as JSON)."""
+    with path.open("rb") as f:
+        return "zip" if f.read(2) == b"PK" else "json"
+
 
 _READ_BLOCK = 256 * 1024
 #: blocks a member's reader thread may run ahead of the consumer (see readahead).

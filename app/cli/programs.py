@@ -6,8 +6,9 @@ import argparse
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 import orjson
 
@@ -25,12 +26,16 @@ from app.cli.common import (
     usage_error,
     write_output,
 )
+from app.jobs import documents as jobs
 from app.programs.diff import render_text
 from app.programs.inspect.registry import answer, render, views
 from app.settings import Settings
 
 if TYPE_CHECKING:
     from app.cli.common import Subcommands
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
 
 
 class _EarlyPool:
@@ -48,9 +53,9 @@ class _EarlyPool:
         one = settings.model_copy(update={"workers": 1})
         self.pool = stack.enter_context(TorchPool(one, start_method=method))
 
-    def submit(self, job: str, *args: object) -> object:
+    def submit(self, job: Callable[[*Ts], R], *args: *Ts, timeout_s: float | None = None) -> R:
         """Run a torch job in the worker (waiting for it to be ready)."""
-        return self.pool.submit(job, *args)
+        return self.pool.submit(job, *args, timeout_s=timeout_s)
 
 
 def _serialize(args: argparse.Namespace) -> int:
@@ -86,10 +91,10 @@ def _deserialize(args: argparse.Namespace) -> int:
     with files.atomic_path(output) as partial, ExitStack() as stack:
         pool = _EarlyPool(settings, stack)
         with source(args, settings) as opened:
-            tensors = ops.weights_from(weights, opened, args.model)
-            step(args, f"building the program with torch ({len(tensors)} tensors)")
-            version = ops.deserialize_to(
-                opened, tensors, settings, pool, partial, args.model, args.for_torch
+            tensors = len(ops.weights_from(weights, opened, args.model))
+            step(args, f"building the program with torch ({tensors} tensors)")
+            version = jobs.deserialize_to(
+                opened, settings, pool, partial, args.model, weights, args.for_torch
             )
     size = output.stat().st_size
     data: dict[str, object] = {"output": args.output, "bytes": size}
@@ -108,14 +113,7 @@ def _canonicalize(args: argparse.Namespace) -> int:
         result = ops.canonical(opened, settings, args.model)
     if args.output:
         write_output(args.output, result.data)
-    # a document alone holds no weights: a weights digest would be the empty set's, the same
-    # for every model, and the program digest would claim weights it never saw
-    held = opened.archive is not None
-    digests = {
-        "graph": result.digests.graph,
-        "weights": result.digests.weights if held else None,
-        "program": result.digests.program if held else None,
-    }
+    digests = asdict(result.vouched())
     human = "\n".join(
         f"{k:8} {v or 'none: a JSON document holds no weights (hash its .pt2 for them)'}"
         for k, v in digests.items()
@@ -134,7 +132,7 @@ def _validate(args: argparse.Namespace) -> int:
         with source(args, settings) as opened:
             step(args, f"validating at level {args.level}")
             weights = Path(args.weights) if args.weights else None
-            report = ops.validate(opened, args.level, settings, pool, args.model, weights)
+            report = jobs.validate(opened, settings, args.level, pool, args.model, weights)
     lines = [
         f"{'valid' if report.valid else 'INVALID'} at level {report.level}; "
         f"schema >= {report.min_schema_version or '?'}; "

@@ -1,5 +1,6 @@
 """What the registry learns from an uploaded .pt2 before storing it: validity, digests, summary,
-and the archive it will serve, which our writer makes from what was checked.
+and the archive it will serve, which our writer makes from what was checked (the recipe that
+runs these, in a document worker and a torch worker, is app.jobs.push).
 
 The upload itself is never stored. The served archive holds the pushed model's screened
 document (its bytes as uploaded), its weights and constants streamed from the upload with
@@ -12,7 +13,6 @@ not have unpickled with weights_only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 import schema
@@ -55,19 +55,6 @@ class Candidate:
     canonical: bytes
     #: the archive to store and serve (finished), written by us from what was checked
     archive: Staged
-
-
-def prepare(
-    path: Path, settings: Settings, runner: ops.TorchRunner, into: Staged, model: str | None = None
-) -> Candidate:
-    """Validate one model of a .pt2 at level torch (refused with the report's errors if invalid),
-    canonicalize and summarize it, and write the archive to serve into `into`."""
-    with ops.open_source(path, "zip", settings) as source:
-        refuse_unproven_pickles(source)
-        refuse_invalid(ops.validate(source, "torch", settings, runner, model))
-        vetted, canonical = vet(source, settings, model, into)
-    into.finish()
-    return Candidate(vetted, canonical, into)
 
 
 def refuse_invalid(report: Report) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
@@ -26,7 +25,7 @@ from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
 from app.registry.errors import RegistryFailure, blob_not_found
 from app.registry.gc import GcReport, Periodic, collect
-from app.registry.ingest import Candidate, prepare
+from app.registry.ingest import Candidate
 from app.registry.names import (
     LATEST,
     MAX_PAGE,
@@ -99,15 +98,6 @@ class Registry:
         self.blobs.close()
 
     # ------------------------------------------------------------ writes
-
-    def prepare(self, path: Path, runner: ops.TorchRunner, model: str | None = None) -> Candidate:
-        """Vet an uploaded .pt2 and stage the archive this registry would serve for it."""
-        served = self.blobs.stage()
-        try:
-            return prepare(path, self.settings, runner, served, model)
-        except BaseException:
-            served.discard()
-            raise
 
     def push(self, name: str, candidate: Candidate, actor: Actor = SYSTEM) -> Pushed:
         """Store a validated program as the model's next version, or return the live version

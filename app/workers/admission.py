@@ -18,9 +18,8 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.archive.zipread import json_members_bytes
+from app.archive.zipread import json_members_bytes, media_of
 from app.failure import Failure, ProblemCode
-from app.operations import media_of
 from app.settings import Limits, MiB, Settings
 
 #: Peak memory of reading and checking a document, per byte of its JSON, measured as the peak RSS

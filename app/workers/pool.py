@@ -8,7 +8,8 @@ timeout or death, recycled after a number of jobs or after a job that left them 
 than a resident-set limit (memory a process freed is mostly kept by its allocator, so a worker
 that once read a large program would keep its peak for life), and exit once they have sat idle
 after a job (their slot is refilled when a job needs it). Only our own values cross the process
-boundary (multiprocessing pickles them); uploads reach a worker as the paths of their files, which
+boundary (multiprocessing pickles them; a job is a module-level function, pickled by reference,
+whose module the worker imports); uploads reach a worker as the paths of their files, which
 it reads itself, so the service process never holds a program.
 """
 
@@ -23,16 +24,21 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple, cast
 
 from app.failure import Failure, ProblemCode, one_line
 from app.workers.clock import JobClock
 from app.workers.failures import WorkerFailure
-from app.workers.worker import Job, WorkerConfig, worker_main
+from app.workers.worker import WorkerConfig, worker_main
+
+#: A job's result, and its arguments: `submit` is checked against the job's own signature.
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
 
 MiB = 1024 * 1024
 STARTUP_TIMEOUT_S = 120.0
@@ -41,7 +47,7 @@ _STOP_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """What makes one pool what it is; `app.workers.torch` and `app.workers.documents` build one
+    """What makes one pool what it is; `app.workers.torch` and `app.workers.runner` build one
     from the settings."""
 
     #: "torch" or "document": in process names and messages
@@ -51,8 +57,6 @@ class PoolSpec:
     preload: tuple[str, ...]
     #: modules each worker imports after it starts (a forkserver does not share them)
     imports: tuple[str, ...]
-    #: where a job given by bare name is looked up
-    jobs_module: str
     #: "forkserver" forks warm workers from a process that preloaded `preload`; "spawn" starts
     #: fresh interpreters (multiprocessing has one forkserver per process: one pool may use it)
     start_method: str
@@ -93,7 +97,6 @@ class PoolSpec:
             memory_mb=self.memory_mb,
             memory_setting=f"{self.setting_prefix}worker_memory_mb",
             imports=(*self.preload, *self.imports),
-            jobs_module=self.jobs_module,
             parent_death_signal=self.start_method == "forkserver",
         )
 
@@ -166,23 +169,23 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
+    def submit(self, job: Callable[[*Ts], R], *args: *Ts, timeout_s: float | None = None) -> R:
         """Run `job(*args)` in a worker, return its result; thread-safe, queues while all are busy.
 
-        `job` is a module-level function or the name of one in the spec's jobs module
-        ("module:name" for others). A Failure the job raises is raised here with its code and
-        issues; a dead worker raises `worker-crashed`, a slow one `worker-timeout`, a MemoryError
-        `worker-out-of-memory`. The job's time limit is `timeout_s`, or else grows with the size
-        of what it is given (job_timeout_base_s plus job_timeout_per_mb_s per MiB of arguments
-        and files); either way job_timeout_s is the ceiling.
+        `job` is a module-level function (pickled by reference). A Failure the job raises is
+        raised here with its code and issues; a dead worker raises `worker-crashed`, a slow one
+        `worker-timeout`, a MemoryError `worker-out-of-memory`. The job's time limit is
+        `timeout_s`, or else grows with the size of what it is given (job_timeout_base_s plus
+        job_timeout_per_mb_s per MiB of arguments and files); either way job_timeout_s is the
+        ceiling.
         """
         timeout = self._timeout(timeout_s if timeout_s is not None else self._scaled(args))
         payload = self._payload(job, args, timeout)
-        return self._run_on(self._take(), payload, timeout)
+        return cast(R, self._run_on(self._take(), payload, timeout))
 
     def submit_if_idle(
-        self, job: Job, *args: Any, timeout_s: float | None = None
-    ) -> tuple[bool, Any]:
+        self, job: Callable[[*Ts], R], *args: *Ts, timeout_s: float | None = None
+    ) -> tuple[bool, R | None]:
         """`submit` if a started worker is idle at this moment: (True, its result); otherwise
         (False, None) at once, without waiting for a worker or starting one."""
         worker = self._take_idle()
@@ -194,7 +197,7 @@ class WorkerPool:
         except BaseException:
             self._give_back(worker, _Fate.KEEP)
             raise
-        return True, self._run_on(worker, payload, timeout)
+        return True, cast(R, self._run_on(worker, payload, timeout))
 
     def _run_on(self, worker: _Worker, payload: memoryview, timeout: float | None) -> Any:
         fate = _Fate.REPLACE
@@ -253,7 +256,9 @@ class WorkerPool:
             return ceiling
         return asked if ceiling is None else min(asked, ceiling)
 
-    def _payload(self, job: Job, args: tuple[Any, ...], timeout: float | None) -> memoryview:
+    def _payload(
+        self, job: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
+    ) -> memoryview:
         try:
             return ForkingPickler.dumps((job, args, timeout))
         except Exception as exc:
@@ -541,13 +546,13 @@ class LazyPool:
     def _make(self) -> WorkerPool:
         return WorkerPool(self.spec)
 
-    def submit(self, job: Job, *args: Any, timeout_s: float | None = None) -> Any:
+    def submit(self, job: Callable[[*Ts], R], *args: *Ts, timeout_s: float | None = None) -> R:
         """Run a job in a worker (see WorkerPool.submit)."""
         return self.get().submit(job, *args, timeout_s=timeout_s)
 
     def submit_if_idle(
-        self, job: Job, *args: Any, timeout_s: float | None = None
-    ) -> tuple[bool, Any]:
+        self, job: Callable[[*Ts], R], *args: *Ts, timeout_s: float | None = None
+    ) -> tuple[bool, R | None]:
         """`WorkerPool.submit_if_idle`, if the pool was started: never starts it."""
         with self._lock:
             pool = self._pool

@@ -1,5 +1,6 @@
 """The torch worker pool: the one pool design with workers that preload torch (named here, imported
-only by the workers and their forkserver; this module imports no torch).
+only by the workers and their forkserver; this module imports no torch). Its jobs live in
+app.jobs.torch, which its workers import when they unpickle the first one.
 
 torch's export load and save are not thread-safe, and a hostile document can crash, hang or
 bloat the process that deserializes it; so torch runs only in these workers. They are forked
@@ -20,8 +21,6 @@ PRELOAD: tuple[str, ...] = (
     "app.bridge.checks",
     "app.workers.forkserver",
 )
-#: Where a job given by bare name is looked up.
-JOBS_MODULE = "app.jobs.torch"
 
 
 def torch_spec(settings: Settings, start_method: str = "forkserver") -> PoolSpec:
@@ -31,7 +30,6 @@ def torch_spec(settings: Settings, start_method: str = "forkserver") -> PoolSpec
         workers=settings.workers,
         preload=PRELOAD,
         imports=settings.worker_imports,
-        jobs_module=JOBS_MODULE,
         start_method=start_method,
         memory_mb=settings.worker_memory_mb,
         job_timeout_s=settings.job_timeout_s,

@@ -14,7 +14,6 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -32,8 +31,6 @@ SELF_KILL_GRACE_S = 5.0
 #: How often a worker looks at its parent and its job's deadline.
 WATCH_INTERVAL_S = 0.5
 
-Job = str | Callable[..., Any]
-
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -45,8 +42,6 @@ class WorkerConfig:
     memory_setting: str
     #: modules imported before the first job (and before the memory limit)
     imports: tuple[str, ...]
-    #: where a job given by bare name is looked up
-    jobs_module: str
     #: ask the kernel for SIGKILL when the parent ends: only sound when the parent is a
     #: single-threaded forkserver (the signal follows the forking thread, not the process)
     parent_death_signal: bool
@@ -72,7 +67,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             data = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        reply = _run(data, watch, config.jobs_module)
+        reply = _run(data, watch)
         if reply is None:
             return
         try:
@@ -148,15 +143,16 @@ class _Watch:
             return True
 
 
-def _run(data: bytes, watch: _Watch, jobs_module: str) -> tuple[Any, ...] | None:
+def _run(data: bytes, watch: _Watch) -> tuple[Any, ...] | None:
     try:
         message = ForkingPickler.loads(data)
         if message is None:
             return None
+        # the job is a function pickled by reference: unpickling it imported its module here
         job, args, timeout = message
         watch.start_job(timeout)
         try:
-            return ("ok", _resolve(job, jobs_module)(*args))
+            return ("ok", job(*args))
         finally:
             watch.end_job()
     except Failure as exc:
@@ -169,16 +165,6 @@ def _run(data: bytes, watch: _Watch, jobs_module: str) -> tuple[Any, ...] | None
         if is_allocation_failure(exc):
             return ("oom", one_line(exc))
         return ("error", type(exc).__name__, one_line(exc))
-
-
-def _resolve(job: Job, jobs_module: str) -> Callable[..., Any]:
-    if callable(job):
-        return job
-    module, _, name = job.rpartition(":")
-    function = getattr(importlib.import_module(module or jobs_module), name)
-    if not callable(function):
-        raise TypeError(f"{job!r} is not a function")
-    return function  # type: ignore[no-any-return]
 
 
 def _limit_memory(memory_mb: int, setting: str) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.jobs import documents
 from app.jobs import torch as jobs
 from app.settings import Settings
-from app.workers import documents
 from tests.api.conftest import Server, start_server, stop_server, upload_leftovers
 from tests.bridge.test_torch_path import _corrupt
 from tests.zoo import ZooProgram, archive_bytes
@@ -34,8 +34,8 @@ def _written(archive: Path, folder: Path) -> bytes:
     """What our writer makes of the archive's program, as the CLI's deserialize writes it."""
     checked, target = folder / "document.json", folder / "written.pt2"
     upload = documents.UploadedProgram(archive, "zip")
-    tensors = documents.job_buildable(upload, Settings(), None, None, checked)
-    jobs.job_deserialize_to_pt2(checked, tensors, target)
+    built = documents.job_buildable(upload, Settings(), None, None, checked)
+    jobs.job_deserialize_to_pt2(checked, built.tensors, target)
     return target.read_bytes()
 
 

@@ -23,7 +23,7 @@ from app import operations as ops
 from app.main import create_app
 from app.settings import Settings
 from app.workers.admission import Admission
-from app.workers.documents import DocumentRunner
+from app.workers.runner import DocumentRunner
 from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
@@ -80,7 +80,7 @@ def _validates_as_the_library(
         report = client.post("/v1/validate", params={"level": level}, content=data, headers=headers)
         assert report.status_code == 200, report.text
         with ops.open_source(data, media, settings) as source:
-            library = ops.validate(source, level, settings, None)
+            library = ops.check(source, level, settings)
         assert report.json() == orjson.loads(library.model_dump_json())
 
 

@@ -15,12 +15,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 import schema
+from app.jobs import graph, push
+from app.jobs.runners import INLINE
 from app.main import create_app
 from app.programs.inspect.graph_view import program_graph
 from app.registry.store import Registry
 from app.settings import Settings
-from app.workers import graphs
-from tests.registry.conftest import InProcessTorch
 from tests.zoo import ZooProgram, archive_bytes, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
@@ -40,7 +40,7 @@ def built_here() -> Iterator[Mock]:
     spawned workers import their own copies)."""
     with pytest.MonkeyPatch.context() as patch:
         counted = Mock(wraps=program_graph)
-        patch.setattr(graphs, "program_graph", counted)
+        patch.setattr(graph, "program_graph", counted)
         yield counted
 
 
@@ -86,7 +86,7 @@ def test_a_stored_versions_graph_is_built_in_a_worker_when_first_viewed(
     registry: Registry = app.state.registry
     staged = registry.blobs.stage_bytes(archive_bytes(zoo["cond"].ep))
     try:
-        candidate = registry.prepare(staged.path, InProcessTorch())
+        candidate = push.prepare(registry, staged.path, INLINE, INLINE)
     finally:
         staged.discard()
     # pushed without the route: no answer was built after the push

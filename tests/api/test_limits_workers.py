@@ -12,13 +12,15 @@ from tests.workers.owner import survivors
 POOL_SCRIPT = """
 import sys
 from multiprocessing import forkserver
+from app.jobs.torch import job_ping
 from app.workers.torch import TorchPool
+from tests.workers.jobs import sleep
 from app.settings import Settings
 
 pool = TorchPool(Settings(workers=1, job_timeout_s=300, worker_memory_mb=0, worker_idle_s=0))
-pool.submit("job_ping")
+pool.submit(job_ping)
 print(forkserver._forkserver._forkserver_pid, *pool.worker_pids(), flush=True)
-pool.submit("tests.workers.jobs:sleep", 120, sys.argv[1])
+pool.submit(sleep, 120, sys.argv[1])
 """
 
 

@@ -50,7 +50,7 @@ def test_two_processes_answer_like_the_library(
 
     def library(data: bytes) -> object:
         with ops.open_source(data, "zip", settings) as source:
-            return ops.validate(source, "semantic", settings, None).model_dump(mode="json")
+            return ops.check(source, "semantic", settings).model_dump(mode="json")
 
     def served(data: bytes) -> object:
         with two_processes.client() as client:

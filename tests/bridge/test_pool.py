@@ -19,6 +19,7 @@ import schema
 from app.archive import ArchiveFailure
 from app.bridge.exported import SerializedProgram
 from app.failure import BridgeFailure
+from app.jobs.torch import job_deserialize_to_pt2, job_ping, job_torch_check
 from app.programs.torch_check import TorchCheck
 from app.settings import Settings
 from app.tensors.safetensors_io import to_safetensors
@@ -87,8 +88,7 @@ def test_jobs_run_and_return(pool: TorchPool) -> None:
     pid, doubled = pool.submit(pool_jobs.double, 21)
     assert doubled == 42
     assert pid != os.getpid()
-    assert pool.submit("job_ping") in pool.worker_pids()
-    assert pool.submit("tests.bridge.pool_jobs:double", 2)[1] == 4
+    assert pool.submit(job_ping) in pool.worker_pids()
 
 
 def test_concurrent_submissions(pool: TorchPool) -> None:
@@ -100,7 +100,7 @@ def test_concurrent_submissions(pool: TorchPool) -> None:
 
 
 def test_workers_are_recycled(pool: TorchPool) -> None:
-    pids = Counter(pool.submit("job_ping") for _ in range(3 * MAX_JOBS))
+    pids = Counter(pool.submit(job_ping) for _ in range(3 * MAX_JOBS))
     assert max(pids.values()) <= MAX_JOBS
     assert len(pids) >= 3
 
@@ -122,7 +122,6 @@ def test_failures_cross_back_with_code_class_and_issues(pool: TorchPool) -> None
     assert unsent.code == "worker-job-failed"
     assert "the result cannot be sent" in unsent.message
     assert _failure(pool, pool_jobs.double, lambda: 1).code == "worker-bad-job"
-    assert _failure(pool, "no_such_job").code == "worker-job-failed"
     assert pool.submit(pool_jobs.double, 1)[1] == 2
 
 
@@ -145,7 +144,7 @@ def test_deserialize_job_writes_an_archive_torch_loads(
         tensors = TensorSource(safetensors=path)
     target = tmp_path / "out" / "program.pt2"
     target.parent.mkdir()
-    assert pool.submit("job_deserialize_to_pt2", doc, tensors, target) is None
+    assert pool.submit(job_deserialize_to_pt2, doc, tensors, target) is None
     assert [p.name for p in target.parent.iterdir()] == [target.name]
     # the archive was written by our own worker from a program this test exported
     loaded = torch.export.load(target)
@@ -163,15 +162,13 @@ def test_deserialize_job_failures_keep_their_issues(
     doc, _ = _job_args(program, archives["conv"], tmp_path)
     short = _archive_source(archives["conv"], tmp_path, list(program.tensors)[1:])
     target = tmp_path / "out.pt2"
-    failure = _failure(pool, "job_deserialize_to_pt2", doc, short, target)
+    failure = _failure(pool, job_deserialize_to_pt2, doc, short, target)
     assert failure.code == "weights-mismatch"
     assert [i.code for i in failure.issues] == ["weight-missing"]
-    assert _failure(pool, "job_deserialize_to_pt2", b"{}", short, target).code == (
-        "document-invalid"
-    )
+    assert _failure(pool, job_deserialize_to_pt2, b"{}", short, target).code == ("document-invalid")
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x02")
-    failure = _failure(pool, "job_deserialize_to_pt2", doc, TensorSource(safetensors=bad), target)
+    failure = _failure(pool, job_deserialize_to_pt2, doc, TensorSource(safetensors=bad), target)
     assert failure.code == "safetensors-invalid"
     assert not target.exists()
 
@@ -184,7 +181,7 @@ def test_torch_check_job_where_the_namespace_is_registered(
 ) -> None:
     assert pool.submit(pool_jobs.registered, "pt2zoo") is True
     args = _job_args(serialized["custom_op"], archives["custom_op"], tmp_path)
-    result = pool.submit("job_torch_check", *args)
+    result = pool.submit(job_torch_check, *args)
     assert TorchCheck.from_dict(result) == TorchCheck()
 
 
@@ -196,14 +193,14 @@ def test_torch_check_job_where_the_namespace_never_was(
 ) -> None:
     assert bare_pool.submit(pool_jobs.registered, "pt2zoo") is False
     args = _job_args(serialized["custom_op"], archives["custom_op"], tmp_path)
-    result = TorchCheck.from_dict(bare_pool.submit("job_torch_check", *args))
+    result = TorchCheck.from_dict(bare_pool.submit(job_torch_check, *args))
     assert [i.code for i in result.issues] == ["op-namespace-unregistered"]
     assert "PT2SERDE_WORKER_IMPORTS" in result.issues[0].message
     assert result.namespaces_to_register == ["pt2zoo"]
     assert [i.code for i in result.unchecked] == ["torch-verifier-failed"]
     # deserialize runs the same job: it fails with the same words, and writes nothing.
     target = tmp_path / "never.pt2"
-    failure = _failure(bare_pool, "job_deserialize_to_pt2", *args, target)
+    failure = _failure(bare_pool, job_deserialize_to_pt2, *args, target)
     assert (failure.code, failure.message) == ("torch-deserialize-failed", result.issues[0].message)
     assert failure.issues == result.issues
     assert not target.exists()
@@ -222,7 +219,7 @@ def test_torch_check_job_reads_corrupt_tensors_as_a_failure(
     flipped = bytes([data[0] ^ 0xFF]) + data[1:]
     doc, tensors = _job_args(program, archive.replace(data, flipped), tmp_path)
     with pytest.raises(ArchiveFailure) as caught:
-        pool.submit("job_torch_check", doc, tensors)
+        pool.submit(job_torch_check, doc, tensors)
     assert caught.value.code == "archive-crc-mismatch"
 
 
@@ -291,7 +288,7 @@ def test_memory_limit(bare_pool: TorchPool, job: Any) -> None:
 
 def test_limit_below_the_footprint_fails_to_start() -> None:
     with TorchPool(Settings(workers=1, worker_memory_mb=64)) as tight:
-        failure = _failure(tight, "job_ping")
+        failure = _failure(tight, job_ping)
     assert failure.code == "worker-start-failed"
     assert "worker_memory_mb=64 is below the worker's footprint" in failure.message
 
@@ -314,7 +311,7 @@ def test_close_stops_workers_and_refuses_jobs() -> None:
     [failure] = outcome
     assert isinstance(failure, BridgeFailure)
     assert failure.code == "worker-pool-closed"
-    assert _failure(small, "job_ping").code == "worker-pool-closed"
+    assert _failure(small, job_ping).code == "worker-pool-closed"
     assert small.worker_pids() == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

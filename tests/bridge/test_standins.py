@@ -29,6 +29,8 @@ from app.bridge.checks import TORCH_NAMESPACE_MODULES
 from app.bridge.exported import deserialize, serialize, torch_message
 from app.bridge.standins import StandIn, StandInType, stand_ins, unknown_types
 from app.failure import BridgeFailure
+from app.jobs import documents as jobs
+from app.jobs.torch import job_ping, job_torch_check
 from app.programs.torch_check import TorchCheck
 from app.settings import Settings
 from app.tensors.sources import TensorSource
@@ -188,13 +190,12 @@ def _specs(doc: schema.ExportedProgram) -> list[tuple[str, str, str]]:
 
 def _validate(path: Path, pool: TorchPool) -> ops.Report:
     with ops.open_source(path, "zip", SETTINGS) as source:
-        return ops.validate(source, "torch", SETTINGS, pool)
+        return jobs.validate(source, SETTINGS, "torch", pool)
 
 
 def _deserialize(path: Path, pool: TorchPool, target: Path) -> None:
     with ops.open_source(path, "zip", SETTINGS) as source:
-        weights = ops.weights_from(None, source, None)
-        ops.deserialize_to(source, weights, SETTINGS, pool, target)
+        jobs.deserialize_to(source, SETTINGS, pool, target)
 
 
 def _same_outputs(expected: Any, actual: Any) -> bool:
@@ -247,13 +248,13 @@ def test_one_worker_keeps_each_documents_own_namedtuple_fields(
 
     weights.write_bytes(to_safetensors(program.tensors.values()))
     tensors = TensorSource(safetensors=weights)
-    pids = {pool.submit("job_ping")}
+    pids = {pool.submit(job_ping)}
     seen = []
     for doc in (program.doc, other, program.doc):
         seen.append(pool.submit(pool_jobs.standin_fields, schema.dump(doc), tensors))
-        check = pool.submit("job_torch_check", schema.dump(doc), tensors)
+        check = pool.submit(job_torch_check, schema.dump(doc), tensors)
         assert TorchCheck.from_dict(check) == TorchCheck()
-        pids.add(pool.submit("job_ping"))
+        pids.add(pool.submit(job_ping))
     assert len(pids) == 1  # one process ran them all
     assert seen == [["total", "diff"], ["a", "b"], ["total", "diff"]]
 

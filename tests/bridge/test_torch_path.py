@@ -5,6 +5,7 @@ CLI starts its worker before the check ends but sends it nothing the check refus
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,9 +134,9 @@ class _Recorder:
     def __exit__(self, *exc: object) -> None:
         self.events.append("worker stopped")
 
-    def submit(self, job: str, *args: Any) -> Any:
-        self.events.append(job)
-        return getattr(jobs, job)(*args)
+    def submit(self, job: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> Any:
+        self.events.append(job.__name__)
+        return job(*args)
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ from torch.utils import _pytree as pytree
 
 from app import operations as ops
 from app.failure import Failure
+from app.jobs import documents as jobs
+from app.jobs.runners import TorchRunner
 from app.settings import Settings
 from tests.corners.programs import Corner
 from tests.progs.test_canonical import our_canonical, torch_canonical
@@ -118,14 +120,14 @@ def torch_round_trip(corner: Corner) -> TorchOwn:
 
 
 def through_us(
-    archive: Path, settings: Settings, pool: ops.TorchRunner, target: Path
+    archive: Path, settings: Settings, pool: TorchRunner, target: Path
 ) -> tuple[bool, bool, str]:
     """(validate accepted at both levels, deserialize wrote `target`, why not) for one archive."""
     reasons: list[str] = []
     valid = True
     for level in ("semantic", "torch"):
         with ops.open_source(archive, "zip", settings) as source:
-            report = ops.validate(source, level, settings, pool if level == "torch" else None)
+            report = jobs.validate(source, settings, level, pool if level == "torch" else None)
         if not report.valid:
             valid = False
             errors = [f"{f.code}: {f.message}" for f in report.findings if f.severity == "error"]
@@ -141,8 +143,7 @@ def through_us(
             reasons.append("canonical form differs from torch's")
     try:
         with ops.open_source(archive, "zip", settings) as source:
-            weights = ops.weights_from(None, source, None)
-            ops.deserialize_to(source, weights, settings, pool, target)
+            jobs.deserialize_to(source, settings, pool, target)
         built = True
     except Failure as exc:
         built = False
@@ -151,7 +152,7 @@ def through_us(
 
 
 def run(
-    corner: Corner, settings: Settings, opted_in: Settings, pool: ops.TorchRunner, folder: Path
+    corner: Corner, settings: Settings, opted_in: Settings, pool: TorchRunner, folder: Path
 ) -> Outcome:
     """The whole battery for one program (see the module's docstring)."""
     try:

@@ -30,7 +30,6 @@ import pytest
 
 from app import operations as ops
 from app.archive import open_archive
-from app.jobs import torch as jobs
 from app.registry.blobs import Objects, objects_for
 from app.registry.blobs.s3 import S3Objects
 from app.registry.objects import layout_of
@@ -242,16 +241,6 @@ def sibling(request: pytest.FixtureRequest, backend: Backend, folder: Path) -> B
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """SQLite, or a fresh database on the session's PostgreSQL server."""
     return make_backend(request, tmp_path)
-
-
-class InProcessTorch:
-    """Runs torch jobs in the test process (torch is loaded there already): the library tests
-    validate at level torch without starting a worker pool."""
-
-    def submit(self, job: str, *args: object) -> object:
-        """Run a job of app.jobs.torch here."""
-        function: Callable[..., object] = getattr(jobs, job)
-        return function(*args)
 
 
 @pytest.fixture

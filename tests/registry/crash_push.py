@@ -17,6 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.jobs import push
+from app.jobs.runners import INLINE
+from app.jobs.torch import job_torch_check
 from app.programs.torch_check import TorchCheck
 from app.registry import storing
 from app.registry.blobs import BlobStore
@@ -39,9 +42,9 @@ EXIT_NOT_KILLED = 3
 class PassingTorchCheck:
     """A torch runner whose check finds nothing."""
 
-    def submit(self, job: str, *args: object) -> object:
+    def submit(self, job: Callable[..., Any], *args: object, timeout_s: float | None = None) -> Any:
         """An empty TorchCheck as a worker answers it."""
-        assert job == "job_torch_check", job
+        assert job is job_torch_check, job
         return TorchCheck().to_dict()
 
 
@@ -76,7 +79,7 @@ def main() -> int:
     if step == STAGED:
         _die()
     _kill_after(*STEPS[step])
-    registry.push("crashy", registry.prepare(staged.path, PassingTorchCheck()))
+    registry.push("crashy", push.prepare(registry, staged.path, INLINE, PassingTorchCheck()))
     return EXIT_NOT_KILLED
 
 

@@ -13,13 +13,14 @@ import pytest
 import torch
 from torch import nn
 
+from app.jobs import push
+from app.jobs.runners import INLINE
 from app.registry.ingest import Candidate
 from app.registry.objects import layout_of
 from app.registry.packing import rebuilt
 from app.registry.store import Registry
 from tests.registry.conftest import (
     Backend,
-    InProcessTorch,
     assert_served,
     objects_of,
     rewrite_member,
@@ -67,7 +68,7 @@ def _index(ep: torch.export.ExportedProgram, fqn: str) -> int:
 def prepare(registry: Registry, archive: bytes) -> Candidate:
     staged = registry.blobs.stage_bytes(archive)
     try:
-        return registry.prepare(staged.path, InProcessTorch())
+        return push.prepare(registry, staged.path, INLINE, INLINE)
     finally:
         staged.discard()
 

@@ -12,7 +12,7 @@ from app.api.graphs import version_graph_file
 from app.registry.blobs.s3 import S3Objects
 from app.registry.gc import collect, graph_answers
 from app.registry.store import Registry
-from app.workers.documents import DocumentRunner
+from app.workers.runner import DocumentRunner
 from tests.registry.conftest import Backend, make_backend
 from tests.registry.test_store import push
 

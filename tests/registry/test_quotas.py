@@ -16,6 +16,8 @@ import httpx
 import pytest
 from sqlalchemy import exc, func, select, text
 
+from app.jobs.push import prepare
+from app.jobs.runners import INLINE
 from app.registry.audit import SYSTEM, Actor, audit_log
 from app.registry.errors import RegistryFailure
 from app.registry.records import Pushed
@@ -23,7 +25,6 @@ from app.registry.store import Registry
 from tests.api.conftest import ROOT
 from tests.registry.conftest import (
     Backend,
-    InProcessTorch,
     RegistryServer,
     make_backend,
     start_registry_server,
@@ -47,7 +48,7 @@ def push(registry: Registry, name: str, archive: bytes, actor: Actor = SYSTEM) -
     """Stage, prepare and push an archive as the route does."""
     staged = registry.blobs.stage_bytes(archive)
     try:
-        candidate = registry.prepare(staged.path, InProcessTorch())
+        candidate = prepare(registry, staged.path, INLINE, INLINE)
     finally:
         staged.discard()
     return registry.push(name, candidate, actor)

@@ -6,13 +6,14 @@ from datetime import timedelta
 
 import pytest
 
+from app.jobs import push
+from app.jobs.runners import INLINE
 from app.registry.audit import Actor
 from app.registry.db import now
 from app.registry.errors import RegistryFailure
 from app.registry.records import VersionInfo
 from app.registry.search import SearchQuery, parse_tag
 from app.registry.store import Registry
-from tests.registry.conftest import InProcessTorch
 from tests.registry.databases import ON_DATABASES
 
 pytestmark = ON_DATABASES
@@ -21,7 +22,7 @@ pytestmark = ON_DATABASES
 def _push(registry: Registry, name: str, archive: bytes, who: str) -> VersionInfo:
     staged = registry.blobs.stage_bytes(archive)
     try:
-        candidate = registry.prepare(staged.path, InProcessTorch())
+        candidate = push.prepare(registry, staged.path, INLINE, INLINE)
     finally:
         staged.discard()
     return registry.push(name, candidate, Actor(who)).version

@@ -14,6 +14,8 @@ import pytest
 from torch.export.pt2_archive._package import load_pt2
 
 from app.archive import RawTensor, open_archive, write_archive
+from app.jobs.push import prepare
+from app.jobs.runners import INLINE
 from app.registry.errors import RegistryFailure
 from app.registry.records import Pushed
 from app.registry.store import Registry
@@ -21,7 +23,6 @@ from tests.archive.zipcraft import rezip
 from tests.hostile import HOSTILE, SAMPLE_INPUT_PAYLOADS, consume, with_sample_inputs
 from tests.registry.conftest import (
     Backend,
-    InProcessTorch,
     assert_served,
     sample_inputs_of,
     stored_files,
@@ -36,7 +37,7 @@ def push_model(registry: Registry, name: str, archive: bytes, model: str | None)
     """Stage, vet and push one model of an upload as the route does."""
     staged = registry.blobs.stage_bytes(archive)
     try:
-        candidate = registry.prepare(staged.path, InProcessTorch(), model)
+        candidate = prepare(registry, staged.path, INLINE, INLINE, model)
     finally:
         staged.discard()
     return registry.push(name, candidate)

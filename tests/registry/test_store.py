@@ -18,6 +18,8 @@ from alembic.script import ScriptDirectory
 
 import schema
 from app import operations as ops
+from app.jobs.push import prepare
+from app.jobs.runners import INLINE
 from app.registry.blobs import BlobStore
 from app.registry.blobs.local import LocalObjects
 from app.registry.blobs.s3 import S3Objects
@@ -30,7 +32,6 @@ from app.registry.summary import ValueSummary
 from tests.progs.test_tied_weights import TiedLM
 from tests.registry.conftest import (
     Backend,
-    InProcessTorch,
     assert_served,
     objects_of,
     stored_files,
@@ -43,7 +44,7 @@ def push(registry: Registry, name: str, archive: bytes, model: str | None = None
     """Stage, prepare and push an archive as the route does."""
     staged = registry.blobs.stage_bytes(archive)
     try:
-        candidate = registry.prepare(staged.path, InProcessTorch(), model)
+        candidate = prepare(registry, staged.path, INLINE, INLINE, model)
     finally:
         staged.discard()
     return registry.push(name, candidate)
@@ -328,7 +329,7 @@ def test_concurrent_pushes_get_consecutive_numbers(
     for index in range(8):
         registry = first if index % 2 else second
         staged = registry.blobs.stage_bytes(variant(archives["conv"], index + 1))
-        ready.append((registry, registry.prepare(staged.path, InProcessTorch())))
+        ready.append((registry, prepare(registry, staged.path, INLINE, INLINE)))
         staged.discard()
     results: list[VersionInfo] = []
     errors: list[BaseException] = []

@@ -118,7 +118,7 @@ def _six_at_once(served: RegistryServer, path: str) -> tuple[list[httpx.Response
 @pytest.mark.parametrize(
     ("path", "library"),
     [
-        ("validate?level=semantic", lambda s: ops.validate(s, "semantic", Settings(), None)),
+        ("validate?level=semantic", lambda s: ops.check(s, "semantic", Settings())),
         ("ranges", None),
         ("inspect?view=modules", None),
         ("diff?against=1", None),

@@ -8,17 +8,14 @@ from collections.abc import Iterator
 import pytest
 
 from app.settings import Settings
-from app.workers.documents import document_spec
 from app.workers.pool import PoolSpec, WorkerPool
-
-#: The jobs of tests/workers/jobs.py, by name.
-JOBS = "tests.workers.jobs"
+from app.workers.runner import document_spec
 
 
 def spec(**changes: object) -> PoolSpec:
     """The document pool's spec from default settings, with these fields changed."""
     base = document_spec(Settings(document_workers=1, document_worker_memory_mb=0))
-    return dataclasses.replace(base, jobs_module=JOBS, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

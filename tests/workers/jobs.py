@@ -10,7 +10,7 @@ from pathlib import Path
 
 def modules() -> tuple[int, bool, bool]:
     """The worker's pid, whether torch is imported in it, and whether its preload is."""
-    return os.getpid(), "torch" in sys.modules, "app.workers.documents" in sys.modules
+    return os.getpid(), "torch" in sys.modules, "app.jobs.documents" in sys.modules
 
 
 def pid() -> int:

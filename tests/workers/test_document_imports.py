@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from app.settings import Settings
-from app.workers.documents import document_spec
+from app.workers.runner import document_spec
 
 HEAVY = ("sqlalchemy", "alembic", "mako", "pygments", "torch", "fastapi", "uvicorn")
 

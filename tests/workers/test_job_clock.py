@@ -17,6 +17,7 @@ import pytest
 
 from app.workers.clock import JobClock, run_queue_wait_s
 from app.workers.pool import WorkerPool
+from tests.workers import jobs
 from tests.workers.conftest import spec
 
 #: processes that compute for ever on the workers' one core, besides the jobs
@@ -50,13 +51,15 @@ def one_core() -> Iterator[int]:
 def test_jobs_waiting_for_a_core_are_not_timed_out(one_core: int) -> None:
     with WorkerPool(spec(workers=2, preload=())) as pool:
         with ThreadPoolExecutor(2) as started:
-            list(started.map(lambda _: pool.submit("pid"), range(2)))
+            list(started.map(lambda _: pool.submit(jobs.pid), range(2)))
         for pid in pool.worker_pids():
             os.sched_setaffinity(pid, {one_core})
         # more jobs than workers (two queue), each well within its own limit
         with ThreadPoolExecutor(JOBS) as clients:
             walls = list(
-                clients.map(lambda _: pool.submit("burn", WORK_S, timeout_s=LIMIT_S), range(JOBS))
+                clients.map(
+                    lambda _: pool.submit(jobs.burn, WORK_S, timeout_s=LIMIT_S), range(JOBS)
+                )
             )
     # the load was real: on the wall, jobs ran past their limit; none was killed for it
     assert max(walls) > LIMIT_S, walls

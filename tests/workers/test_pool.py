@@ -7,6 +7,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
@@ -14,12 +15,12 @@ import pytest
 
 from app import operations as ops
 from app.failure import Failure
+from app.jobs import documents as document_jobs
 from app.settings import MiB, Settings
-from app.workers import documents as document_jobs
 from app.workers import worker
 from app.workers.clock import JobClock
-from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool
+from app.workers.runner import DocumentRunner, document_spec
 from app.workers.torch import TorchPool, torch_spec
 from tests.processes import alive
 from tests.workers import jobs
@@ -28,9 +29,9 @@ from tests.workers.owner import survivors
 from tests.zoo import PROGRAM_NAMES
 
 
-def _failure(pool: WorkerPool, job: object, *args: object) -> Failure:
+def _failure(pool: WorkerPool, job: Callable[..., object], *args: object) -> Failure:
     with pytest.raises(Failure) as caught:
-        pool.submit(job, *args)  # type: ignore[arg-type]
+        pool.submit(job, *args)
     return caught.value
 
 
@@ -42,7 +43,7 @@ def _gone(pid: int, within_s: float) -> bool:
 
 
 def test_document_workers_never_import_torch(documents: WorkerPool) -> None:
-    pid, torch_loaded, preloaded = documents.submit("modules")
+    pid, torch_loaded, preloaded = documents.submit(jobs.modules)
     assert pid != os.getpid()
     assert pid in documents.worker_pids()
     assert preloaded  # the document jobs module, and with it every torch-free layer
@@ -59,9 +60,9 @@ def test_a_document_job_in_a_worker_reads_no_torch(
     name, digests = documents.submit(document_jobs.job_canonical, upload, Settings(), None, out)
     with ops.open_source(path, "json", Settings()) as source:
         expected = ops.canonical(source, Settings())
-    assert (name, digests) == (expected.model, expected.digests)
+    assert (name, digests) == (expected.model, expected.vouched())
     assert out.read_bytes() == expected.data
-    assert documents.submit("modules")[1] is False
+    assert documents.submit(jobs.modules)[1] is False
 
 
 def test_the_torch_pool_is_the_same_design_with_torch() -> None:
@@ -86,7 +87,7 @@ def test_the_torch_pool_is_the_same_design_with_torch() -> None:
 
 
 def test_workers_are_recycled_after_max_jobs(bare: WorkerPool) -> None:
-    pids = [bare.submit("pid") for _ in range(5)]
+    pids = [bare.submit(jobs.pid) for _ in range(5)]
     assert len(set(pids)) >= 2
     assert max(pids.count(pid) for pid in pids) <= 2
     runs = [pid for i, pid in enumerate(pids) if i == 0 or pids[i - 1] != pid]
@@ -94,16 +95,16 @@ def test_workers_are_recycled_after_max_jobs(bare: WorkerPool) -> None:
 
 
 def test_timeout_kills_the_job_and_the_next_job_runs(bare: WorkerPool) -> None:
-    bare.submit("pid")  # a started worker: its start-up is not the job's time
+    bare.submit(jobs.pid)  # a started worker: its start-up is not the job's time
     [pid] = bare.worker_pids()
     started = time.monotonic()
     with pytest.raises(Failure) as caught:
-        bare.submit("sleep", 30, timeout_s=1.0)
+        bare.submit(jobs.sleep, 30, timeout_s=1.0)
     assert caught.value.code == "worker-timeout"
     assert "ran past its time limit of 1.0s (document_job_timeout_s=" in caught.value.message
     assert time.monotonic() - started < 5
     assert _gone(pid, 2)
-    assert bare.submit("pid") != pid
+    assert bare.submit(jobs.pid) != pid
 
 
 def test_time_limit_grows_with_size_up_to_the_ceiling() -> None:
@@ -112,24 +113,24 @@ def test_time_limit_grows_with_size_up_to_the_ceiling() -> None:
     assert limits.time_limit(10 * MiB) == 42
     assert spec(job_timeout_base_s=0).time_limit(MiB) is None  # the ceiling, always
     with WorkerPool(dataclasses.replace(limits, preload=())) as pool:
-        pool.submit("pid")
+        pool.submit(jobs.pid)
         # a job given next to nothing (one small int) gets the base 2 s, not the 60 s ceiling
         started = time.monotonic()
-        assert _failure(pool, "sleep", 60).code == "worker-timeout"
+        assert _failure(pool, jobs.sleep, 60).code == "worker-timeout"
         assert time.monotonic() - started < 10
 
 
 def test_memory_limit_refuses_the_allocation_and_replaces_the_worker(bare: WorkerPool) -> None:
-    before = bare.submit("pid")
-    failure = _failure(bare, "allocate", 2048 * MiB)
+    before = bare.submit(jobs.pid)
+    failure = _failure(bare, jobs.allocate, 2048 * MiB)
     assert failure.code == "worker-out-of-memory"
     assert before not in bare.worker_pids()
-    assert bare.submit("allocate", MiB) == MiB
+    assert bare.submit(jobs.allocate, MiB) == MiB
 
 
 def test_a_limit_below_the_footprint_fails_to_start() -> None:
     with WorkerPool(spec(workers=1, preload=(), memory_mb=8)) as pool:
-        failure = _failure(pool, "pid")
+        failure = _failure(pool, jobs.pid)
     assert failure.code == "worker-start-failed"
     assert "document_worker_memory_mb=8 is below the worker's footprint" in failure.message
 
@@ -166,13 +167,14 @@ def test_a_worker_ends_a_job_past_its_deadline_by_itself() -> None:
 POOL_SCRIPT = """
 import sys
 from app.workers.pool import WorkerPool
+from tests.workers import jobs
 from tests.workers.conftest import spec
 from tests.workers.owner import alive, survivors
 
 pool = WorkerPool(spec(workers=2, preload=(), idle_s=0))
-pool.submit("pid")
+pool.submit(jobs.pid)
 print(*pool.worker_pids(), flush=True)
-pool.submit("sleep", 120, sys.argv[1])
+pool.submit(jobs.sleep, 120, sys.argv[1])
 """
 
 

@@ -1,6 +1,6 @@
-"""A registry push reads its archive in a document worker: vetting, the
-canonical form, the served archive and the graph answer are built there, with what the in-process
-`ingest.prepare` and graph view build; the API process runs none of it."""
+"""A registry push reads its archive in a document worker: vetting, the canonical form, the
+served archive and the graph answer are built there, with what the registry's `ingest.vet` and
+the graph view build in process; the API process runs none of it."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import operations as ops
+from app.jobs import graph, push
 from app.main import create_app
 from app.programs.inspect.graph_view import program_graph
+from app.registry import ingest
 from app.registry.blobs.staging import Staged
-from app.registry.ingest import prepare
 from app.settings import Settings
-from app.workers import graphs, pushes
-from tests.registry.conftest import InProcessTorch, rewrite_member
+from tests.registry.conftest import rewrite_member
 from tests.zoo import PROGRAM_NAMES, ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
@@ -45,8 +45,8 @@ def settings(folder: Path) -> Settings:
 def client(settings: Settings, folder: Path) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as opened, pytest.MonkeyPatch.context() as patch:
         # the (spawned) workers import their own, unpatched, copies
-        patch.setattr(pushes, "vet", _refuse_here)
-        patch.setattr(graphs, "program_graph", _refuse_here)
+        patch.setattr(push, "vet", _refuse_here)
+        patch.setattr(graph, "program_graph", _refuse_here)
         patch.setattr(tempfile, "tempdir", str(folder))
         yield opened
 
@@ -62,30 +62,32 @@ def test_a_push_is_vetted_in_a_document_worker_as_in_process(
     answer = client.post("/v1/models/m/versions", content=archive, headers=ZIP)
     assert answer.status_code == 201, answer.text
     pushed = answer.json()
-    # what the in-process path makes of the same upload (ingest's own `vet`: not patched)
+    # what vetting makes of the same upload in this process (ingest's own `vet`: not patched)
     upload = tmp_path / "upload.pt2"
     upload.write_bytes(archive)
     served = Staged(tmp_path / "served.pt2")
-    expected = prepare(upload, settings, InProcessTorch(), served)
-    digests = expected.vetted.digests
+    with ops.open_source(upload, "zip", settings) as source:
+        vetted, _ = ingest.vet(source, settings, None, served)
+    served.finish()
+    digests = vetted.digests
     assert pushed["digests"] == {
         "graph": digests.graph,
         "weights": digests.weights,
         "program": digests.program,
         "archive": served.digest,
     }
-    assert pushed["summary"] == expected.vetted.summary.model_dump(mode="json")
-    assert pushed["min_schema_version"] == expected.vetted.min_schema_version
+    assert pushed["summary"] == vetted.summary.model_dump(mode="json")
+    assert pushed["min_schema_version"] == vetted.min_schema_version
     served_bytes = client.get("/v1/models/m/versions/1/archive").content
     assert served_bytes == served.path.read_bytes()
     # the graph answer was built after the push, in the worker, from the checked document
-    graph = settings.data_dir / "graphs" / f"{served.digest}.json"
-    assert graph.exists()
+    answer_file = settings.data_dir / "graphs" / f"{served.digest}.json"
+    assert answer_file.exists()
     with ops.open_source(upload, "zip", settings) as source:
         model = source.model(None)
         document = ops.read_document(source, model, settings)
-    assert graph.read_bytes() == program_graph(document.doc).model_dump_json().encode()
-    assert client.get("/v1/models/m/versions/1/graph").content == graph.read_bytes()
+    assert answer_file.read_bytes() == program_graph(document.doc).model_dump_json().encode()
+    assert client.get("/v1/models/m/versions/1/graph").content == answer_file.read_bytes()
     # the push's files are gone with it
     assert not list(folder.glob("pt2serde-push-*"))
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from app.jobs.torch import job_ping
 from app.settings import MiB, Settings
-from app.workers.documents import DocumentRunner, document_spec
 from app.workers.pool import WorkerPool, resident_bytes
+from app.workers.runner import DocumentRunner, document_spec
 from app.workers.torch import TorchPool, torch_spec
 from tests.processes import alive
 from tests.workers import jobs
@@ -91,7 +92,7 @@ def test_a_torch_worker_grown_past_the_limit_exits_and_the_next_job_runs() -> No
         assert not alive(grown)
         assert pool.worker_pids() == []
         started = time.monotonic()
-        assert pool.submit("job_ping") not in (grown, None)
+        assert pool.submit(job_ping) not in (grown, None)
         # a fresh fork of the warm forkserver: far from a cold start of torch
         assert time.monotonic() - started < 30
 

@@ -1,4 +1,4 @@
-"""The graph answer's jobs, run in the document pool whatever the program's size: building the
+"""The graph answer's jobs, run in a document worker whatever the program's size: building the
 answer of a large program takes seconds of reading, screening and walking it, which would hold
 the API process (and its event loop) that long. A job is given a path and writes the answer to
 the path it is given; nothing but the call's outcome comes back.

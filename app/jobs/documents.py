@@ -1,107 +1,37 @@
-"""The document jobs: torch-free work on an uploaded program, run in the document pool.
+"""The document jobs: torch-free work on an uploaded or stored program, and the two recipes that
+hand a checked program on to torch (validate at level torch, deserialize).
 
-Reading a document is where a hostile upload costs memory and time (a 46 MB archive with 100k
-nodes took 1.9 GB to parse), so above `document_inline_bytes` it happens in a worker with its own
-address-space limit and time limit, never in the API process. A job is given the upload's path
-and writes what may be large (canonical bytes, a checked document for torch) to a path it is
-given; it returns only small values. Nothing here imports torch: the workers are spawned fresh
-interpreters (the forkserver belongs to the torch pool and preloads torch). A spawned worker
-imports the parent's main module again, as multiprocessing does (`pt2serde serve`, uvicorn and
-`python -m app.cli` import no torch; tests/workers checks a worker's modules).
+A job is given the upload's path (or a small JSON body's bytes, which never leave the API
+process) and writes what may be large (canonical bytes, a checked document for torch) to a path
+it is given; it returns only small values. It runs through a `DocumentWork` (app.jobs.runners):
+in this process, or in a document worker (app.workers.runner) for a large input. The CLI calls
+the same recipes on the source it opened. Nothing here imports torch: a document worker is a
+spawned interpreter without it.
 """
 
 from __future__ import annotations
 
-import threading
+import tempfile
 import zipfile
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel
 
 import schema
 from app import operations as ops
-from app.failure import Failure
+from app.jobs.runners import TorchRunner
+from app.jobs.torch import job_deserialize_to_pt2, job_torch_check
 from app.programs.diff import ProgramDiff
-from app.programs.digest import Digests
 from app.programs.findings import Level, Report
 from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
+from app.programs.torch_check import TorchCheck
 from app.registry.stored import StoredArchive, stored_source
 from app.settings import Settings
 from app.tensors.sources import TensorSource
-from app.workers.pool import LazyPool, PoolSpec
-
-T = TypeVar("T")
-
-#: Imported by each document worker as it starts, so that its first job starts warm.
-IMPORTS: tuple[str, ...] = ("app.workers.documents",)
-
-
-def document_spec(settings: Settings) -> PoolSpec:
-    """The document pool's shape, from the settings (document_*)."""
-    return PoolSpec(
-        kind="document",
-        workers=settings.document_workers,
-        preload=IMPORTS,
-        imports=(),
-        jobs_module=__name__,
-        start_method="spawn",
-        memory_mb=settings.document_worker_memory_mb,
-        job_timeout_s=settings.document_job_timeout_s,
-        job_timeout_base_s=settings.document_job_timeout_base_s,
-        job_timeout_per_mb_s=settings.document_job_timeout_per_mb_s,
-        max_jobs=settings.document_worker_max_jobs,
-        idle_s=settings.document_worker_idle_s,
-        recycle_rss_mb=settings.document_worker_recycle_rss_mb,
-        # a spawned worker imports for a second or more: not while a request waits
-        refill_at_once=True,
-        setting_prefix="document_",
-    )
-
-
-class DocumentRunner(LazyPool):
-    """Runs document jobs: in this process for an input of at most `document_inline_bytes`, in
-    the document pool (started by its first job) otherwise.
-
-    A round trip to a warm worker costs 0.3-0.6 ms of CPU beyond the job (a 107-node document's
-    semantic validation takes 6-7 ms either way), and more in wake-ups on a busy machine: so
-    small documents stay here, where the 256 KiB default costs at most 24 MiB by the admission
-    estimate, well inside the API process's 64 MiB budget. But one process runs one thread of
-    Python at a time: a second small job while one runs here goes to a worker that is idle at
-    that moment, if any (an HTTP process that got most of the connections then uses the other
-    cores too), and otherwise runs here as well, never waiting behind a large job.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(document_spec(settings))
-        self.inline_bytes = settings.document_inline_bytes
-        self.at_start = settings.document_workers_at_start
-        #: held by the small job running in this process, if any
-        self._here = threading.Lock()
-
-    def start(self) -> None:
-        """Start the workers now if the settings say so (document_workers_at_start): they import
-        while the process waits for work, not while its first large upload waits for them."""
-        if self.at_start:
-            with suppress(Failure):  # the first job that needs a worker tries again, and says why
-                self.get()
-
-    def run(self, size: int, job: Any, *args: Any) -> Any:
-        """`job(*args)` for documents of `size` bytes in all, here or in a worker (whose time
-        limit grows with `size`: an archive's file size says little about its documents')."""
-        timeout = self.spec.time_limit(size)
-        if size > self.inline_bytes:
-            return self.submit(job, *args, timeout_s=timeout)
-        if self._here.acquire(blocking=False):
-            try:
-                return job(*args)
-            finally:
-                self._here.release()
-        sent, result = self.submit_if_idle(job, *args, timeout_s=timeout)
-        return result if sent else job(*args)
 
 
 @dataclass(frozen=True)
@@ -115,12 +45,13 @@ class UploadedProgram:
 
 def job_canonical(
     upload: UploadedProgram, settings: Settings, model: str | None, target: Path
-) -> tuple[str, Digests]:
-    """Write the canonical bytes of one model to `target`; its name and digests."""
+) -> tuple[str, ops.Vouched]:
+    """Write the canonical bytes of one model to `target`; its name and the digests its source
+    vouches for (`Canonical.vouched`)."""
     with ops.open_source(upload.source, upload.media, settings) as source:
         result = ops.canonical(source, settings, model)
     target.write_bytes(result.data)
-    return result.model, result.digests
+    return result.model, result.vouched()
 
 
 @dataclass(frozen=True)
@@ -132,8 +63,8 @@ class Checked:
     tensors: TensorSource | None = None
 
 
-def job_check(
-    upload: UploadedProgram,
+def check(
+    source: ops.Source,
     settings: Settings,
     level: Level,
     model: str | None,
@@ -142,14 +73,80 @@ def job_check(
 ) -> Checked:
     """Every check of one model short of torch's; at level torch (which needs `document`), for
     a valid program, the checked document is written to `document` for the torch job to read."""
+    report = ops.check(source, level, settings, model)
+    if level != "torch" or not report.valid:
+        return Checked(report)
+    assert document is not None, "level torch hands the checked document on in a file"
+    name = source.model(model)
+    document.write_bytes(schema.dump(source.checked[name].doc))
+    return Checked(report, ops.weights_from(weights, source, name))
+
+
+def job_check(
+    upload: UploadedProgram,
+    settings: Settings,
+    level: Level,
+    model: str | None,
+    weights: Path | None,
+    document: Path | None,
+) -> Checked:
+    """`check` of an upload."""
     with ops.open_source(upload.source, upload.media, settings) as source:
-        report = ops.check(source, level, settings, model)
-        if level != "torch" or not report.valid:
-            return Checked(report)
-        assert document is not None, "level torch hands the checked document on in a file"
-        name = source.model(model)
-        document.write_bytes(schema.dump(source.checked[name].doc))
-        return Checked(report, ops.weights_from(weights, source, name))
+        return check(source, settings, level, model, weights, document)
+
+
+def validated(checked: Checked, torch: TorchRunner | None, document: Path) -> Report:
+    """The report of a `check`: with torch's check of the document `check` wrote (and its
+    tensors) added when it is due; that needs a torch runner (the pool)."""
+    if checked.tensors is None:
+        return checked.report
+    if torch is None:
+        raise ops.OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
+    result = torch.submit(job_torch_check, document, checked.tensors)
+    return ops.merge_torch_check(checked.report, TorchCheck.from_dict(result))
+
+
+def validate(
+    source: ops.Source,
+    settings: Settings,
+    level: Level,
+    torch: TorchRunner | None,
+    model: str | None = None,
+    weights: Path | None = None,
+) -> Report:
+    """The validation report of one model of an opened source at a level, in this process but
+    for torch's check (`check`, then `validated`); level torch checks the tensors of `weights`
+    (a safetensors file) or else the archive's own."""
+    with _scratch() as document:
+        return validated(check(source, settings, level, model, weights, document), torch, document)
+
+
+@dataclass(frozen=True)
+class Buildable:
+    """A program torch may be asked to build: where its tensors are, and for an older torch
+    release, the schema version its document is written in."""
+
+    tensors: TensorSource
+    schema_version: str | None = None
+
+
+def buildable(
+    source: ops.Source,
+    settings: Settings,
+    model: str | None,
+    weights: Path | None,
+    document: Path,
+    for_torch: str | None = None,
+) -> Buildable:
+    """Refuse what torch may not be asked to build (`operations.buildable`), and with
+    `for_torch`, what that release would not read as it is (`operations.older_schema`); write
+    the checked document to `document` for the torch job, and say where that job reads the
+    tensors (the model's proven sample inputs too, when they are its archive's)."""
+    tensors = ops.weights_from(weights, source, model)
+    doc = ops.buildable(source, tensors, settings, model)
+    version = ops.older_schema(doc, for_torch)
+    document.write_bytes(schema.dump(doc))
+    return Buildable(ops.with_sample_inputs(tensors, source, settings, model), version)
 
 
 def job_buildable(
@@ -159,17 +156,36 @@ def job_buildable(
     weights: Path | None,
     document: Path,
     for_torch: str | None = None,
-) -> TensorSource:
-    """Refuse what torch may not be asked to build (`operations.buildable`), and with
-    `for_torch`, what that release would not read as it is (`operations.older_schema`); write
-    the checked document to `document` for the torch job, and say where that job reads the
-    tensors."""
+) -> Buildable:
+    """`buildable` of an upload."""
     with ops.open_source(upload.source, upload.media, settings) as source:
-        tensors = ops.weights_from(weights, source, model)
-        doc = ops.buildable(source, tensors, settings, model)
-        ops.older_schema(doc, for_torch)
-        document.write_bytes(schema.dump(doc))
-        return ops.with_sample_inputs(tensors, source, settings, model)
+        return buildable(source, settings, model, weights, document, for_torch)
+
+
+def deserialize_to(
+    source: ops.Source,
+    settings: Settings,
+    torch: TorchRunner,
+    target: Path,
+    model: str | None = None,
+    weights: Path | None = None,
+    for_torch: str | None = None,
+) -> str | None:
+    """Write to `target` a .pt2 that torch.export.load opens, built by torch in a worker from
+    one model of an opened source and its weights (`buildable`, then the torch job, which reads
+    the tensors and writes the file itself). With `for_torch`, the archive is the one that torch
+    release loads, whose schema version is returned; nothing is written when it is refused."""
+    with _scratch() as document:
+        built = buildable(source, settings, model, weights, document, for_torch)
+        torch.submit(job_deserialize_to_pt2, document, built.tensors, target, for_torch)
+    return built.schema_version
+
+
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    """A path for the checked document handed to a torch job, removed with its folder after."""
+    with tempfile.TemporaryDirectory(prefix="pt2serde-checked-") as folder:
+        yield Path(folder) / "document.json"
 
 
 def job_serialize(upload: UploadedProgram, settings: Settings, bundle: bool, target: Path) -> None:
@@ -220,7 +236,7 @@ def job_stored_validate(
 ) -> Report:
     """A stored version's validation report at level schema or semantic."""
     with stored_source(stored, settings) as source:
-        return ops.validate(source, level, settings, None, model)
+        return ops.check(source, level, settings, model)
 
 
 def job_stored_inspect(
