@@ -194,6 +194,16 @@ class Serialized:
     documents: dict[str, schema.ExportedProgram]
     weights: list[ManifestEntry]
 
+    def manifest(self) -> list[dict[str, object]]:
+        """The weights manifest as JSON data."""
+        return [w.model_dump(mode="json") for w in self.weights]
+
+    def json(self) -> bytes:
+        """`{"documents": {name: document}, "weights": manifest}`: what serialize writes, and
+        what `open_source` reads back as JSON."""
+        documents = {n: orjson.Fragment(schema.dump(d)) for n, d in self.documents.items()}
+        return orjson.dumps({"documents": documents, "weights": self.manifest()})
+
 
 def serialize(source: Source, settings: Settings) -> Serialized:
     """The screened documents and the weights manifest (sha256 streamed, nothing unpickled)."""

@@ -3,7 +3,7 @@
 The server is `pt2serde serve` as deployed (one uvicorn process; sync routes run in its thread
 pool). Clients are threads of this process, one keep-alive connection each, posting the same
 JSON document for a time window (requests in flight at its end are awaited and counted).
-The comparison runs the same operation (`operations.validate` at the semantic level, or
+The comparison runs the same operation (`operations.check` at the semantic level, or
 `operations.canonical`) in a loop in as many forked processes as there were clients, for the
 same window. No figure counts unless the server's first answer equals the library's first
 output for the same bytes (the report as JSON data; the canonical bytes and program digest).

@@ -10,9 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
-import orjson
-
-import schema
 from app import files
 from app import operations as ops
 from app.cli.common import (
@@ -66,12 +63,8 @@ def _serialize(args: argparse.Namespace) -> int:
         if args.weights:
             step(args, f"writing {args.weights}")
             write_output(args.weights, ops.weights_safetensors(opened))
-    data = {
-        "documents": {n: orjson.Fragment(schema.dump(d)) for n, d in result.documents.items()},
-        "weights": [w.model_dump(mode="json") for w in result.weights],
-    }
     if args.output:
-        write_output(args.output, orjson.dumps(data))
+        write_output(args.output, result.json())
     total = sum(w.nbytes for w in result.weights)
     lines = [
         f"{name}: {len(doc.graph_module.graph.nodes)} call nodes, schema "
@@ -79,7 +72,7 @@ def _serialize(args: argparse.Namespace) -> int:
         for name, doc in result.documents.items()
     ]
     lines.append(f"weights: {len(result.weights)} tensors, {total / 1e6:.2f} MB")
-    emit(args, {"weights": data["weights"], "models": sorted(result.documents)}, "\n".join(lines))
+    emit(args, {"weights": result.manifest(), "models": sorted(result.documents)}, "\n".join(lines))
     return EXIT_OK
 
 

@@ -193,15 +193,13 @@ def job_serialize(upload: UploadedProgram, settings: Settings, bundle: bool, tar
     a zip of them and the weights as safetensors (streamed: the weights never sit in memory)."""
     with ops.open_source(upload.source, upload.media, settings) as source:
         result = ops.serialize(source, settings)
-        manifest = [w.model_dump(mode="json") for w in result.weights]
         if not bundle:
-            documents = {n: orjson.Fragment(schema.dump(d)) for n, d in result.documents.items()}
-            target.write_bytes(orjson.dumps({"documents": documents, "weights": manifest}))
+            target.write_bytes(result.json())
             return
         with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zf:
             for name, doc in result.documents.items():
                 zf.writestr(f"documents/{name}.json", schema.dump(doc))
-            zf.writestr("manifest.json", orjson.dumps(manifest))
+            zf.writestr("manifest.json", orjson.dumps(result.manifest()))
             with zf.open("weights.safetensors", "w", force_zip64=True) as member:
                 ops.write_weights_safetensors(source, member)
 
