@@ -244,8 +244,7 @@ def _validated(request: Request, program: Program, level: Level, model: str | No
         checked = program.run(
             jobs.job_check, _program(program), settings, level, model, path, document
         )
-        torch_pool = pool_of(request) if checked.tensors is not None else None
-        return _json(jobs.validated(checked, torch_pool, checked_file.path))
+        return _json(jobs.validated(checked, pool_of(request), document))
 
 
 class Feature(BaseModel):

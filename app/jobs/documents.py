@@ -95,11 +95,12 @@ def job_check(
         return check(source, settings, level, model, weights, document)
 
 
-def validated(checked: Checked, torch: TorchRunner | None, document: Path) -> Report:
+def validated(checked: Checked, torch: TorchRunner | None, document: Path | None) -> Report:
     """The report of a `check`: with torch's check of the document `check` wrote (and its
     tensors) added when it is due; that needs a torch runner (the pool)."""
     if checked.tensors is None:
         return checked.report
+    assert document is not None, "level torch hands the checked document on in a file"
     if torch is None:
         raise ops.OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
     result = torch.submit(job_torch_check, document, checked.tensors)
@@ -117,6 +118,8 @@ def validate(
     """The validation report of one model of an opened source at a level, in this process but
     for torch's check (`check`, then `validated`); level torch checks the tensors of `weights`
     (a safetensors file) or else the archive's own."""
+    if level != "torch":
+        return check(source, settings, level, model, weights, None).report
     with _scratch() as document:
         return validated(check(source, settings, level, model, weights, document), torch, document)
 
