@@ -130,6 +130,7 @@ ProblemCode = Literal[
     "missing-value-meta",
     "model-not-found",
     "module-too-deep",
+    "namespace-unregistered",
     "not-found",
     "operator-not-in-release",
     "payload-too-large",

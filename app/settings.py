@@ -190,6 +190,11 @@ class Settings(BaseSettings):
     admin_users: Annotated[tuple[str, ...], NoDecode] = ()
     #: what an authenticated caller may do with a model no grant names.
     default_permission: Literal["none", "read", "write", "manage"] = "read"
+    #: the organization's policy for a push torch's check cannot build only because the torch
+    #: workers do not import a custom operator namespace it calls (PT2SERDE_WORKER_IMPORTS):
+    #: store it as unverified, checked short of torch (app/registry/verification.py), or refuse
+    #: it (422 invalid-program, as any program torch's check refuses).
+    allow_unverified: bool = False
     #: who may call the stateless operations (validate, canonicalize, diff, ...) once
     #: authentication is configured: anyone ("open") or any valid token ("token").
     stateless_access: Literal["open", "token"] = "open"

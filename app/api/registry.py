@@ -29,7 +29,7 @@ from app.api.auth import (
     ensure,
     has,
 )
-from app.api.deps import PoolDep, SettingsDep, Work, admit_files
+from app.api.deps import PoolDep, SettingsDep, Work, admit_bytes, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.stored import on_stored, run_sync
 from app.archive import open_archive
@@ -47,6 +47,7 @@ from app.registry.records import (
     ModelInfo,
     ModelPage,
     PushedVersion,
+    Verified,
     VersionInfo,
     VersionPage,
 )
@@ -307,6 +308,33 @@ def delete_version(
     live version refers to them. A version aliases name is refused (409) unless
     `detach_aliases`, which removes them, each recorded in the audit log."""
     return registry.delete_version(name, ref, reason, who.actor, detach_aliases)
+
+
+@router.post(
+    "/models/{name}/versions/{ref}/verify",
+    response_model=VersionInfo,
+    responses=problem_responses(
+        *_CONTENT_PROBLEMS,
+        "invalid-program",
+        "namespace-unregistered",
+        "service-busy",
+        "torch-unavailable",
+        *TORCH_PROBLEMS,
+    ),
+)
+async def verify_version(
+    name: str, ref: str, who: WriteDep, request: Request, pool: PoolDep, registry: RegistryDep
+) -> VersionInfo:
+    """Run torch's check of an unverified version again (in a torch worker, which needs the
+    namespaces it lacked in PT2SERDE_WORKER_IMPORTS) and record it verified (audited,
+    `version.verified` event). A version already verified is answered as it is. While the
+    workers still lack a namespace: 409 namespace-unregistered; when torch finds the program
+    wrong: 422 invalid-program; the state stays as it was. Who may push to the model may ask."""
+    info, stored = await run_sync(registry.stored, name, ref)
+    if isinstance(info.verification, Verified):
+        return info
+    async with admit_bytes(request, stored.document_bytes) as work:
+        return await run_sync(push.reverify, registry, info, stored, work, pool, who.actor)
 
 
 @router.get(

@@ -38,6 +38,10 @@ def search_versions(
         str | None, Query(max_length=128, description="an operator namespace the program uses")
     ] = None,
     schema_version: Annotated[str | None, Query(max_length=16)] = None,
+    verified: Annotated[
+        bool | None,
+        Query(description="verified by torch's own check (true) or stored unverified (false)"),
+    ] = None,
     pushed_by: Annotated[
         str | None, Query(max_length=128, description="the principal that pushed it")
     ] = None,
@@ -62,6 +66,7 @@ def search_versions(
         graph_digest=graph_digest,
         namespace=namespace,
         schema_version=schema_version,
+        verified=verified,
         pushed_by=pushed_by,
         created_after=created_after,
         created_before=created_before,

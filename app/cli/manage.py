@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 #: Pages `pt2serde search --all` follows at most (each up to --limit versions).
 MAX_PAGES = 100
-_EVENTS = ("version.created", "version.deleted", "alias.moved", "tag.changed")
+_EVENTS = ("version.created", "version.deleted", "version.verified", "alias.moved", "tag.changed")
 _TARGET = {"create": "URL", "delete": "id", "deliveries": "id"}
 
 
@@ -75,6 +75,16 @@ def _delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from app import client
+    from app.registry.records import VersionInfo
+
+    parts = ("models", args.name, "versions", args.ref, "verify")
+    info = VersionInfo.model_validate(client.call(server(args), "POST", *parts))
+    emit(args, info.model_dump(mode="json"), version_line(info))
+    return EXIT_OK
+
+
 def _diff(args: argparse.Namespace) -> int:
     from app.programs.diff import render_text
 
@@ -93,6 +103,7 @@ def _search(args: argparse.Namespace) -> int:
         "graph_digest": args.graph_digest,
         "namespace": args.namespace,
         "schema_version": args.schema_version,
+        "verified": args.verified,
         "pushed_by": args.pushed_by,
         "created_after": args.since,
         "created_before": args.until,
@@ -149,6 +160,13 @@ def _add_search(sub: Subcommands, shared: Parser) -> None:
     found.add_argument("--graph-digest")
     found.add_argument("--namespace", help="an operator namespace the program uses")
     found.add_argument("--schema-version")
+    state = found.add_mutually_exclusive_group()
+    state.add_argument(
+        "--verified", dest="verified", action="store_const", const=True, help="verified by torch"
+    )
+    state.add_argument(
+        "--unverified", dest="verified", action="store_const", const=False, help="stored unverified"
+    )
     found.add_argument("--pushed-by", help="who pushed them")
     found.add_argument("--since", help="pushed at or after (ISO 8601)")
     found.add_argument("--until", help="pushed before (ISO 8601)")
@@ -177,6 +195,10 @@ def register(sub: Subcommands, shared: Parser) -> None:
     gone.add_argument("ref", help="a version number, an alias or latest")
     gone.add_argument("--reason", required=True)
     gone.add_argument("--detach-aliases", action="store_true", help="remove aliases naming it")
+    verify = model_command(
+        sub, shared, "verify", _verify, "run torch's check of an unverified version again"
+    )
+    verify.add_argument("ref", help="a version number, an alias or latest")
     diff = model_command(sub, shared, "diff-versions", _diff, "what changed between two versions")
     diff.add_argument("old", help="a version of this model, or model:ref of another one")
     diff.add_argument("new", help="a version number, an alias or latest")

@@ -36,8 +36,17 @@ def version_line(v: Any) -> str:
     gone = f"  deleted: {v.deleted_reason}" if v.deleted_at else ""
     return (
         f"{v.model} v{v.version}  schema {v.schema_version}  "
-        f"{v.summary.parameter_count} params  program {v.digests.program[:16]}{aliases}{gone}"
+        f"{v.summary.parameter_count} params  program {v.digests.program[:16]}  "
+        f"{state_text(v)}{aliases}{gone}"
     )
+
+
+def state_text(v: Any) -> str:
+    """How far a version was checked, in a few words."""
+    state = v.verification
+    if state.state == "unverified":
+        return f"unverified: {', '.join(state.namespaces)}"
+    return f"verified by torch {state.torch}" if state.torch else "verified"
 
 
 class Transfer:

@@ -223,7 +223,14 @@ register(
         "permission-not-found": "The principal has no grant on that model",
     },
 )
-register(409, {"version-has-aliases": "Aliases name the version: move them or detach them"})
+register(
+    409,
+    {
+        "version-has-aliases": "Aliases name the version: move them or detach them",
+        "namespace-unregistered": "The torch workers do not import an operator namespace the "
+        "program calls, so torch's check cannot run (PT2SERDE_WORKER_IMPORTS)",
+    },
+)
 register(422, {"quota-exceeded": "The change would go over a quota"})
 register(
     429,

@@ -11,6 +11,7 @@ spawned interpreter without it.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -29,9 +30,12 @@ from app.programs.diff import ProgramDiff
 from app.programs.findings import Level, Report
 from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
 from app.programs.torch_check import TorchCheck
-from app.registry.stored import StoredArchive, stored_source
+from app.registry.stored import StoredArchive, stored_objects, stored_source
 from app.settings import Settings
 from app.tensors.sources import TensorSource
+
+#: a stored archive is copied into a file this much at a time
+_COPY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,15 @@ def validated(checked: Checked, torch: TorchRunner | None, document: Path | None
     if checked.tensors is None:
         return checked.report
     assert document is not None, "level torch hands the checked document on in a file"
+    return ops.merge_torch_check(checked.report, torch_check(torch, document, checked.tensors))
+
+
+def torch_check(torch: TorchRunner | None, document: Path, tensors: TensorSource) -> TorchCheck:
+    """torch's check of the document `check` wrote and its tensors, in a torch worker; that
+    needs a torch runner (the pool)."""
     if torch is None:
         raise ops.OperationFailure("torch-unavailable", "level torch needs the torch worker pool")
-    result = torch.submit(job_torch_check, document, checked.tensors)
-    return ops.merge_torch_check(checked.report, TorchCheck.from_dict(result))
+    return TorchCheck.from_dict(torch.submit(job_torch_check, document, tensors))
 
 
 def validate(
@@ -238,6 +247,19 @@ def job_stored_validate(
     """A stored version's validation report at level schema or semantic."""
     with stored_source(stored, settings) as source:
         return ops.check(source, level, settings, model)
+
+
+def job_stored_check(
+    stored: StoredArchive, settings: Settings, model: str, folder: Path
+) -> Checked:
+    """`job_check` of a stored version at level torch, for torch's check to run again: the
+    archive is copied whole into `folder` (torch's job maps its tensors from a file), and the
+    checked document written beside it."""
+    archive = folder / "stored.pt2"
+    with stored.open(stored_objects(settings)) as handle, archive.open("wb") as out:
+        shutil.copyfileobj(handle, out, _COPY_CHUNK)
+    upload = UploadedProgram(archive, "zip")
+    return job_check(upload, settings, "torch", model, None, folder / "document.json")
 
 
 def job_stored_inspect(

@@ -20,15 +20,19 @@ from typing import TYPE_CHECKING
 
 import schema
 from app import operations as ops
-from app.jobs.documents import Checked, validated
+from app.jobs.documents import job_stored_check, torch_check
 from app.jobs.runners import DocumentWork, TorchRunner
 from app.programs.findings import Report
 from app.registry.ingest import Candidate, Vetted, refuse_invalid, refuse_unproven_pickles, vet
+from app.registry.records import VersionInfo
+from app.registry.stored import StoredArchive
+from app.registry.verification import again, at_push
 from app.settings import Settings
 from app.tensors.sources import TensorSource
 
 if TYPE_CHECKING:
     # the store (and the database layer under it) only in the API process, never in a worker
+    from app.registry.audit import Actor
     from app.registry.store import Registry
 
 #: the served archive is copied into the store's staging this much at a time
@@ -94,24 +98,50 @@ def prepare(
     model: str | None = None,
     files: PushFiles | None = None,
 ) -> Candidate:
-    """Vet an uploaded .pt2 at level torch (refused with the report's errors if invalid) and
-    stage the archive the registry would serve for it: `job_vet` through `documents`, torch's
+    """Vet an uploaded .pt2 at level torch (refused with the report's errors if invalid, stored
+    unverified where `verification.at_push` allows) and stage the archive the registry would
+    serve for it: `job_vet` through `documents`, torch's
     check through `torch`. The jobs write into `files` (kept for the graph answer), or into a
     temporary folder removed before this returns."""
     with _files(files) as into:
         pushing = documents.run(job_vet, archive, registry.settings, model, into)
-        refuse_invalid(validated(Checked(pushing.report, pushing.tensors), torch, into.document))
+        refuse_invalid(pushing.report)
         assert pushing.vetted is not None
+        assert pushing.tensors is not None
+        check = torch_check(torch, into.document, pushing.tensors)
+        state = at_push(pushing.report, check, registry.settings.allow_unverified)
         served = registry.blobs.stage()
         try:
             with into.served.open("rb") as source:
                 while chunk := source.read(_COPY_CHUNK):
                     served.write(chunk)
             served.finish()
-            return Candidate(pushing.vetted, into.canonical.read_bytes(), served)
+            return Candidate(pushing.vetted, into.canonical.read_bytes(), served, state)
         except BaseException:
             served.discard()
             raise
+
+
+def reverify(
+    registry: Registry,
+    info: VersionInfo,
+    stored: StoredArchive,
+    documents: DocumentWork,
+    torch: TorchRunner,
+    actor: Actor,
+) -> VersionInfo:
+    """torch's check of a stored version, run again as a push runs it (the reading by a
+    document job, torch's check by a torch job), and its state recorded when torch built it
+    (`verification.again`: refused, the state left as it was, when torch did not)."""
+    with tempfile.TemporaryDirectory(prefix="pt2serde-verify-") as folder:
+        into = Path(folder)
+        model = info.archive_model
+        checked = documents.run(job_stored_check, stored, registry.settings, model, into)
+        refuse_invalid(checked.report)
+        assert checked.tensors is not None
+        check = torch_check(torch, into / "document.json", checked.tensors)
+    verified = again(checked.report, check)
+    return registry.verify(info.model, str(info.version), verified, actor)
 
 
 @contextmanager

@@ -70,8 +70,11 @@ def job_splice_pt2(
 
 def job_torch_check(doc_json: bytes | Path, tensors: TensorSource) -> dict[str, Any]:
     """`torch_check` of a document (its bytes, or a file of them) and its tensors, as
-    `TorchCheck.to_dict()` data."""
-    return _torch_job(doc_json, tensors, None)
+    `TorchCheck.to_dict()` data, with the torch release that checked (its build tag left out:
+    `2.13.0`, not `2.13.0+cpu`)."""
+    from app.bridge.checks import torch_version
+
+    return {**_torch_job(doc_json, tensors, None), "torch": torch_version().split("+")[0]}
 
 
 #: What writes a job's output from the document and the opened tensors (beside torch's build).

@@ -16,6 +16,8 @@ class TorchCheck:
     issues: list[Issue] = field(default_factory=list)
     namespaces_to_register: list[str] = field(default_factory=list)
     unchecked: list[Issue] = field(default_factory=list)
+    #: the torch release that checked (`2.13.0`), set by the job that ran the check
+    torch: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for a worker's reply or a response body)."""
@@ -23,6 +25,7 @@ class TorchCheck:
             "issues": [_issue_dict(i) for i in self.issues],
             "namespaces_to_register": list(self.namespaces_to_register),
             "unchecked": [_issue_dict(i) for i in self.unchecked],
+            "torch": self.torch,
         }
 
     @classmethod
@@ -32,6 +35,7 @@ class TorchCheck:
             [Issue(**i) for i in data["issues"]],
             list(data["namespaces_to_register"]),
             [Issue(**i) for i in data["unchecked"]],
+            str(data.get("torch", "")),
         )
 
 

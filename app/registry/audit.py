@@ -30,6 +30,7 @@ from app.registry.db import Database, metadata, now, utc
 Action = Literal[
     "version.push",
     "version.delete",
+    "version.verify",
     "alias.set",
     "alias.delete",
     "tag.set",

@@ -38,6 +38,7 @@ from sqlalchemy import (
     exc,
     false,
     text,
+    true,
 )
 from sqlalchemy.engine import make_url
 
@@ -98,6 +99,11 @@ versions = Table(
     #: who pushed it (a principal) and with which token: search and per-token quotas read them
     Column("created_by", String(128), nullable=True),
     Column("created_token", String(32), nullable=True),
+    #: whether torch's own check built it, and the release that did (None: before this was
+    #: recorded); unverified, the custom operator namespaces the torch workers lacked
+    Column("verified", Boolean, nullable=False, server_default=true()),
+    Column("verified_torch", String(64), nullable=True),
+    Column("unverified_namespaces", JSON, nullable=False, server_default=text("'[]'")),
     UniqueConstraint("model_id", "version"),
     Index(
         "uq_versions_live_program",

@@ -25,7 +25,9 @@ from app.programs.digest import Digests
 from app.programs.findings import Finding, Report
 from app.registry.blobs import Staged
 from app.registry.errors import RegistryFailure
+from app.registry.records import Verification
 from app.registry.summary import Summary, summarize
+from app.registry.verification import invalid_program
 from app.releases import compat as release_compat
 from app.settings import Settings
 
@@ -48,24 +50,22 @@ class Vetted:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A program that passed validation at level torch, ready to be stored: what vetting found,
-    its canonical bytes and the archive to serve."""
+    """A program that passed validation at level torch (or short of torch's check where
+    unverified pushes are allowed), ready to be stored: what vetting found, its canonical bytes,
+    the archive to serve and how far it was checked."""
 
     vetted: Vetted
     canonical: bytes
     #: the archive to store and serve (finished), written by us from what was checked
     archive: Staged
+    #: checked by torch, or short of it for lack of namespaces the workers import
+    verification: Verification
 
 
 def refuse_invalid(report: Report) -> None:
     """Refuse a program not valid at level torch, with its report's errors."""
     if not report.valid:
-        errors = [f for f in report.findings if f.severity == "error"]
-        raise RegistryFailure(
-            "invalid-program",
-            f"the program is not valid at level torch ({len(errors)} errors)",
-            [schema.Issue(f.code, f.path, f.message) for f in errors],
-        )
+        raise invalid_program(report)
 
 
 def vet(

@@ -37,10 +37,13 @@ from sqlalchemy import (
 from app.registry.audit import Change
 from app.registry.db import Database, metadata, now
 
-EventKind = Literal["version.created", "version.deleted", "alias.moved", "tag.changed"]
+EventKind = Literal[
+    "version.created", "version.deleted", "version.verified", "alias.moved", "tag.changed"
+]
 EVENT_KINDS: tuple[EventKind, ...] = (
     "version.created",
     "version.deleted",
+    "version.verified",
     "alias.moved",
     "tag.changed",
 )
@@ -150,6 +153,7 @@ def record(conn: Connection, kind: EventKind, model: str, data: dict[str, Any]) 
 _KINDS: dict[str, EventKind] = {
     "version.push": "version.created",
     "version.delete": "version.deleted",
+    "version.verify": "version.verified",
     "alias.set": "alias.moved",
     "alias.delete": "alias.moved",
     "tag.set": "tag.changed",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from app.programs.findings import Finding
 from app.registry.summary import Summary
@@ -18,6 +19,29 @@ class VersionDigests(BaseModel):
     weights: str
     #: sha256 of the stored .pt2 (the blob `GET /v1/blobs/{digest}` serves)
     archive: str
+
+
+class Verified(BaseModel):
+    """torch's own check built the program: its deserializer and every verifier passed."""
+
+    state: Literal["verified"] = "verified"
+    #: the torch release of the worker that built it (None: verified at push before the
+    #: registry recorded which release did)
+    torch: str | None
+
+
+class Unverified(BaseModel):
+    """Checked short of torch (schema, semantics, operators, safety screen and weights, on our
+    writer's bytes, nothing unpickled): torch could not build it because its workers do not
+    import the custom operator namespaces it calls."""
+
+    state: Literal["unverified"] = "unverified"
+    #: the namespaces a torch worker must import (PT2SERDE_WORKER_IMPORTS) to verify it
+    namespaces: list[str]
+
+
+#: How far a version was checked: by torch itself, or short of it (and why).
+Verification = Annotated[Verified | Unverified, Field(discriminator="state")]
 
 
 class VersionInfo(BaseModel):
@@ -36,6 +60,7 @@ class VersionInfo(BaseModel):
     #: torch releases whose deserializer reads the document
     readable_by: list[str]
     summary: Summary
+    verification: Verification
     created_at: datetime
     deleted_at: datetime | None = None
     deleted_reason: str | None = None

@@ -1,5 +1,5 @@
 """Searching versions across models: by tag, alias, digest, operator namespace, schema version,
-who pushed them and when, newest first, a page at a time.
+whether torch verified them, who pushed them and when, newest first, a page at a time.
 
 Every filter narrows (they combine with AND); a tag filter is a key (``stage``) or a key and its
 value (``stage=prod``), and several tag filters must all hold.
@@ -54,6 +54,8 @@ class SearchQuery:
     #: an operator namespace the program calls into (``aten``, ``my_ops``)
     namespace: str | None = None
     schema_version: str | None = None
+    #: verified by torch's own check (True) or stored unverified (False)
+    verified: bool | None = None
     pushed_by: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
@@ -107,6 +109,8 @@ def _conditions(query: SearchQuery) -> list[Any]:
         )
     if query.schema_version is not None:
         where.append(versions.c.schema_version == query.schema_version)
+    if query.verified is not None:
+        where.append(versions.c.verified.is_(query.verified))
     if query.pushed_by is not None:
         where.append(versions.c.created_by == query.pushed_by)
     if query.created_after is not None:

@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from app import operations as ops
 from app.archive import open_archive
 from app.archive.zipread import json_members_bytes
-from app.registry import labels, objects, outbox, quotas, storing
+from app.registry import labels, objects, outbox, quotas, storing, verification
 from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.auth import Access, Identity, admin_secret
 from app.registry.blobs import BlobStore, is_digest
@@ -44,6 +44,7 @@ from app.registry.records import (
     ModelInfo,
     ModelPage,
     Pushed,
+    Verified,
     VersionDigests,
     VersionInfo,
     VersionPage,
@@ -124,12 +125,19 @@ class Registry:
                     )
                 ).scalar()
                 number = existing
+                if existing is not None and isinstance(candidate.verification, Verified):
+                    # torch built the program this time: a version stored unverified now is not
+                    self._verify(conn, name, str(existing), candidate.verification, actor)
                 if existing is None:
                     number = last + 1
                     quotas.check_push(conn, self.quotas, model_id, name, actor, staged.size)
                     storing.commit(conn, self.blobs, parts)
                     self._insert(conn, model_id, number, parts, candidate, actor)
-                    after = {"version": number, "program_digest": candidate.vetted.digests.program}
+                    after = {
+                        "version": number,
+                        "program_digest": candidate.vetted.digests.program,
+                        "verification": candidate.verification.model_dump(mode="json"),
+                    }
                     self._record(
                         conn,
                         Change(actor, "version.push", _target(name, number), name, after=after),
@@ -189,10 +197,34 @@ class Registry:
                 created_at=now(),
                 created_by=actor.principal,
                 created_token=actor.token_id,
+                **verification.columns(candidate.verification),
             )
             .returning(versions.c.id)
         ).scalar_one()
         index_namespaces(conn, version_id, candidate.vetted.summary.operator_namespaces)
+
+    def verify(self, name: str, ref: str, verified: Verified, actor: Actor = SYSTEM) -> VersionInfo:
+        """Record that torch's check built a live version (`verified`: the release that did);
+        audited as ``version.verify`` when its state changes."""
+        with self.db.write() as conn:
+            self._verify(conn, name, ref, verified, actor)
+        return self.version(name, ref)
+
+    def _verify(
+        self, conn: Connection, name: str, ref: str, verified: Verified, actor: Actor
+    ) -> None:
+        """`verify` inside the caller's write transaction: nothing changes for a version already
+        verified."""
+        row = self._live_version(conn, self._model(conn, name, lock=True), ref)
+        if row.verified:
+            return
+        before = verification.of_row(row).model_dump(mode="json")
+        conn.execute(
+            update(versions).where(versions.c.id == row.id).values(**verification.columns(verified))
+        )
+        target = _target(name, row.version)
+        after = verified.model_dump(mode="json")
+        self._record(conn, Change(actor, "version.verify", target, name, before, after))
 
     def set_alias(
         self,
@@ -604,6 +636,7 @@ class Registry:
                 min_schema_version=r.min_schema_version,
                 readable_by=r.readable_by,
                 summary=Summary.model_validate(r.summary),
+                verification=verification.of_row(r),
                 created_at=utc(r.created_at),
                 deleted_at=utc(r.deleted_at) if r.deleted_at is not None else None,
                 deleted_reason=r.deleted_reason,

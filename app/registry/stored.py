@@ -38,6 +38,11 @@ class StoredArchive:
 def stored_source(stored: StoredArchive, settings: Settings) -> Iterator[ops.Source]:
     """The stored archive opened as an operations source, from the blob store `settings` name
     (in whichever process runs this)."""
-    objects = objects_for(settings.blob_url, settings.data_dir, settings.blob_part_mb << 20)
-    with stored.open(objects) as handle, open_archive(handle, settings.limits) as archive:
-        yield ops.Source(dict(archive.documents), archive)
+    with stored.open(stored_objects(settings)) as handle:
+        with open_archive(handle, settings.limits) as archive:
+            yield ops.Source(dict(archive.documents), archive)
+
+
+def stored_objects(settings: Settings) -> Objects:
+    """The blob store `settings` name, opened in whichever process calls this."""
+    return objects_for(settings.blob_url, settings.data_dir, settings.blob_part_mb << 20)

@@ -253,7 +253,7 @@ def test_one_worker_keeps_each_documents_own_namedtuple_fields(
     for doc in (program.doc, other, program.doc):
         seen.append(pool.submit(pool_jobs.standin_fields, schema.dump(doc), tensors))
         check = pool.submit(job_torch_check, schema.dump(doc), tensors)
-        assert TorchCheck.from_dict(check) == TorchCheck()
+        assert TorchCheck.from_dict(check) == TorchCheck(torch=torch.__version__.split("+")[0])
         pids.add(pool.submit(job_ping))
     assert len(pids) == 1  # one process ran them all
     assert seen == [["total", "diff"], ["a", "b"], ["total", "diff"]]

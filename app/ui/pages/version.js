@@ -76,6 +76,7 @@ export async function versionPage(main, [name, ref]) {
       ])
     : [[], null, null, null, null, null];
   const v = info.version;
+  const unverified = info.verification.state === "unverified" ? info.verification.namespaces : null;
   const ui = `/ui/models/${enc(name)}`;
   append(main, [
     h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / ", `v${v}`),
@@ -85,6 +86,7 @@ export async function versionPage(main, [name, ref]) {
       null,
       info.aliases.map((a) => h("span", { class: "alias" }, a)),
       Object.entries(info.tags).map(([k, t]) => h("span", { class: "tag" }, `${k}=${t}`)),
+      unverified ? h("span", { class: "tag unverified", id: "unverified", title: "checked short of torch: the torch workers do not import these operator namespaces" }, `unverified: ${unverified.join(", ")}`) : null,
       ` created ${date(info.created_at)}`,
     ),
     info.deleted_at ? h("div", { class: "error" }, `Deleted ${date(info.deleted_at)}: ${info.deleted_reason || ""}`) : null,
@@ -112,6 +114,7 @@ export async function versionPage(main, [name, ref]) {
           ["buffers / constants", `${info.summary.buffers} / ${info.summary.constants}`],
           ["schema version", `${info.schema_version} (needs ${info.min_schema_version} or newer)`],
           ["readable by torch", info.readable_by.join(", ")],
+          ["verified", unverified ? `no: torch's check needs the namespaces ${unverified.join(", ")}` : `by torch ${info.verification.torch || "(release not recorded)"}`],
           ["archive", `${bytes(info.archive_size)} (model "${info.archive_model}")`],
           ["program digest", digest(info.digests.program)],
           ["graph digest", digest(info.digests.graph)],
@@ -125,7 +128,7 @@ export async function versionPage(main, [name, ref]) {
   );
   if (!live) return;
   main.append(
-    section("Validation", h("p", null, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; pushed at level torch.`), findingsTable(report.findings)),
+    section("Validation", h("p", null, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; pushed at level ${unverified ? "semantic (unverified)" : "torch"}.`), findingsTable(report.findings)),
     section("Weights", weightsTable(weights, new Map(tensors.map((t) => [t.name, t.digest])))),
     section("Operators", operatorsTable(operators)),
   );
