@@ -52,6 +52,9 @@ HEAVY: dict[str, str] = {
     "tests/bench/test_isolate.py": "a zygote process that imports torch, forking a child a job",
     "tests/bridge/test_differential.py": "torch's checks on mutants, in a process of their own",
     "tests/test_packaging.py": "builds the wheel and sdist and installs them in fresh venvs",
+    "tests/registry/test_verification.py::test_a_mixtral_verified_where_transformers_is_imported": (
+        "exports a Mixtral, then two servers whose workers import transformers or not"
+    ),
     "tests/registry/test_blobs.py::test_gc_racing_pushes_of_the_same_tensors": (
         "pushes race gc over and over"
     ),

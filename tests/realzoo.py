@@ -149,6 +149,15 @@ def _causal_lm(name: str, config_name: str, model_name: str, **extra: Any) -> Re
     return _export(name, model, kwargs={"input_ids": _ids()})
 
 
+def tiny_mixtral() -> RealProgram:
+    """A tiny Mixtral (4 experts, 2 a token): its experts call
+    `transformers::grouped_mm_fallback`, a custom operator namespace only importing
+    `transformers.integrations.moe` registers (kept out of the zoo: a worker needs that import)."""
+    return _causal_lm(
+        "mixtral", "MixtralConfig", "MixtralForCausalLM", num_local_experts=4, num_experts_per_tok=2
+    )
+
+
 def tiny_hf_model(arch: str, layers: int = LAYERS) -> nn.Module:
     """A tiny Hugging Face model in eval mode, random weights from its config alone: "gpt2"
     (GPT2LMHeadModel), "bert" (BertModel) or "vit" (ViTModel, 16x16 images of 3 channels), as

@@ -395,6 +395,7 @@ def test_client_refuses_corrupt_downloads(tmp_path: Path) -> None:
             "constants": 0,
             "nodes": 0,
         },
+        "verification": {"state": "verified", "torch": "2.13.0"},
         "created_at": "2024-01-01T00:00:00Z",
         "tags": {},
         "aliases": [],

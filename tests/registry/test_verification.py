@@ -10,6 +10,7 @@ torch workers that lack the namespace, as a service without transformers lacks M
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,7 +29,9 @@ from app.registry.errors import RegistryFailure
 from app.registry.records import Verified
 from app.registry.store import Registry
 from app.registry.verification import NAMESPACE_UNREGISTERED, again, at_push
+from bench.zoo import archive_bytes
 from schema import Issue
+from tests.realzoo import same_outputs, tiny_mixtral
 from tests.registry.conftest import (
     Backend,
     RegistryServer,
@@ -169,6 +172,43 @@ def test_unverified_push_refused_unless_allowed(
             assert plain.json()["verification"] == VERIFIED
     finally:
         stop_registry_server(server)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_mixtral_verified_where_transformers_is_imported(
+    backend: Backend, tmp_path: Path
+) -> None:
+    program = tiny_mixtral()
+    assert "transformers.grouped_mm_fallback.default" in {
+        str(n.target) for n in program.ep.graph.nodes
+    }
+    allowing = {**WITHOUT_NAMESPACE, "PT2SERDE_ALLOW_UNVERIFIED": "true"}
+    server = start_registry_server(backend, allowing)
+    try:
+        with server.client(timeout=300) as client:
+            pushed = _push(client, "mixtral", archive_bytes(program.ep))
+            assert pushed.status_code == 201, pushed.text
+            assert pushed.json()["verification"] == {
+                "state": "unverified",
+                "namespaces": ["transformers"],
+            }
+    finally:
+        stop_registry_server(server)
+    server = start_registry_server(
+        backend, {"PT2SERDE_WORKER_IMPORTS": "transformers.integrations.moe"}
+    )
+    try:
+        with server.client(timeout=300) as client:
+            verified = client.post("/v1/models/mixtral/versions/1/verify")
+            assert verified.status_code == 200, verified.text
+            assert verified.json()["verification"] == VERIFIED
+            served = client.get("/v1/models/mixtral/versions/1/archive")
+    finally:
+        stop_registry_server(server)
+    # what the registry serves is the program torch exported: the same outputs
+    (tmp_path / "served.pt2").write_bytes(served.content)
+    loaded = torch.export.load(tmp_path / "served.pt2")
+    assert same_outputs(loaded.module()(**program.kwargs), program.run())
 
 
 # ---------------------------------------------------------------- the library and the database
