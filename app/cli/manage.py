@@ -31,6 +31,12 @@ def _models(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _with_tags(info: Any) -> str:
+    """A version's line, and its tags on the next."""
+    tags = ", ".join(f"{k}={v}" for k, v in info.tags.items()) or "no tags"
+    return f"{version_line(info)}\n  {tags}"
+
+
 def _tag(args: argparse.Namespace) -> int:
     key, equals, value = args.tag.partition("=")
     if args.remove == bool(equals):
@@ -40,8 +46,7 @@ def _tag(args: argparse.Namespace) -> int:
             info = registry.delete_tag(args.name, args.ref, key)
         else:
             info = registry.set_tag(args.name, args.ref, key, value)
-    tags = ", ".join(f"{k}={v}" for k, v in info.tags.items()) or "no tags"
-    emit(args, info.model_dump(mode="json"), f"{version_line(info)}\n  {tags}")
+    emit(args, info.model_dump(mode="json"), _with_tags(info))
     return EXIT_OK
 
 
@@ -75,12 +80,16 @@ def _delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _verify(args: argparse.Namespace) -> int:
-    from app import client
-    from app.registry.records import VersionInfo
+def _show(args: argparse.Namespace) -> int:
+    with client(args) as registry:
+        info = registry.version(args.name, args.ref)
+    emit(args, info.model_dump(mode="json"), _with_tags(info))
+    return EXIT_OK
 
-    parts = ("models", args.name, "versions", args.ref, "verify")
-    info = VersionInfo.model_validate(client.call(server(args), "POST", *parts))
+
+def _verify(args: argparse.Namespace) -> int:
+    with client(args) as registry:
+        info = registry.verify(args.name, args.ref)
     emit(args, info.model_dump(mode="json"), version_line(info))
     return EXIT_OK
 
@@ -195,6 +204,10 @@ def register(sub: Subcommands, shared: Parser) -> None:
     gone.add_argument("ref", help="a version number, an alias or latest")
     gone.add_argument("--reason", required=True)
     gone.add_argument("--detach-aliases", action="store_true", help="remove aliases naming it")
+    show = model_command(sub, shared, "show", _show, "one version: its digests, state and tags")
+    show.add_argument(
+        "ref", nargs="?", default="latest", help="a version number, an alias or latest"
+    )
     verify = model_command(
         sub, shared, "verify", _verify, "run torch's check of an unverified version again"
     )

@@ -118,8 +118,8 @@ def test_unverified_push_then_verify(
             assert created["after"]["verification"] == UNVERIFIED
             plain_event = _event(sink, "version.created", "models/vision/versions/1")
             assert plain_event["after"]["verification"] == VERIFIED
-            text = _cli(capsys, server, "versions", "moe")
-            assert "unverified: pt2zoo" in text
+            assert "unverified: pt2zoo" in _cli(capsys, server, "versions", "moe")
+            assert "unverified: pt2zoo" in _cli(capsys, server, "show", "moe", "1")
             assert f"verified by torch {TORCH}" in _cli(capsys, server, "versions", "vision")
             assert "moe v1" in _cli(capsys, server, "search", "--unverified")
             assert main(["verify", "moe", "1", "--url", server.url]) == EXIT_INVALID
