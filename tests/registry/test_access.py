@@ -245,6 +245,7 @@ def _blob(org: Org, role: str, allowed: bool) -> Call:
     return Call("GET", f"/v1/blobs/{digest}")
 
 
+_VERIFY = "/v1/models/m/versions/1/verify"
 #: webhooks post to a closed loopback port: their deliveries fail and stay out of the way.
 _HOOK = {"url": "http://127.0.0.1:9/hook"}
 
@@ -274,6 +275,8 @@ CASES = [
     Case("list-versions", "read", 200, _get("/v1/models/m/versions")),
     Case("get-version", "read", 200, _get("/v1/models/m/versions/1")),
     Case("delete-version", "manage", 200, _delete_version),
+    # verified already: answered as it is, nothing changes (test_verification flips one)
+    Case("verify", "write", 200, lambda org, role, allowed: Call("POST", _VERIFY)),
     Case("archive", "read", 200, _get("/v1/models/m/versions/1/archive")),
     Case("document", "read", 200, _get("/v1/models/m/versions/1/document")),
     Case("canonical", "read", 200, _get("/v1/models/m/versions/1/canonical")),
