@@ -29,7 +29,6 @@ from app.registry.errors import RegistryFailure
 from app.registry.records import Verified
 from app.registry.store import Registry
 from app.registry.verification import NAMESPACE_UNREGISTERED, again, at_push
-from bench.zoo import archive_bytes
 from schema import Issue
 from tests.realzoo import same_outputs, tiny_mixtral
 from tests.registry.conftest import (
@@ -42,6 +41,7 @@ from tests.registry.databases import ON_DATABASES
 from tests.registry.receiver import Receiver, receiver
 from tests.registry.test_store import push
 from tests.registry.test_webhooks_served import WEBHOOK_ENV
+from tests.zoo import archive_bytes
 
 #: the release a worker of this venv's torch reports (its build tag left out)
 TORCH = torch.__version__.split("+")[0]

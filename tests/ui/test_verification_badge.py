@@ -9,9 +9,9 @@ import httpx
 import pytest
 import torch
 
-from bench.zoo import archive_bytes, build_program
 from tests.api.conftest import Server, start_server, stop_server
 from tests.ui.test_ui import ARGS, CHROMIUM
+from tests.zoo import archive_bytes, build_program
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
 
