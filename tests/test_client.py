@@ -40,6 +40,7 @@ CALLS: dict[str, Callable[[Client, Path], object]] = {
     "version": lambda c, tmp: c.version("m", 3),
     "versions": lambda c, tmp: c.versions("m", include_deleted=True),
     "delete_version": lambda c, tmp: c.delete_version("m", 1, "bad", detach_aliases=True),
+    "verify": lambda c, tmp: c.verify("m", 1),
     "diff": lambda c, tmp: c.diff("m", 2, "other:1"),
     "validate": lambda c, tmp: c.validate("m", "latest", "schema"),
     "models": lambda c, tmp: c.models(limit=5),
@@ -49,7 +50,9 @@ CALLS: dict[str, Callable[[Client, Path], object]] = {
     "aliases": lambda c, tmp: c.aliases("m"),
     "set_alias": lambda c, tmp: c.set_alias("m", "champion", 1, protected=True),
     "delete_alias": lambda c, tmp: c.delete_alias("m", "champion"),
-    "search": lambda c, tmp: c.search(model="m", tag=["a", "b=c"], include_deleted=True),
+    "search": lambda c, tmp: c.search(
+        model="m", tag=["a", "b=c"], verified=False, include_deleted=True
+    ),
     "webhooks": lambda c, tmp: c.webhooks("m"),
     "create_webhook": lambda c, tmp: c.create_webhook("https://ci.example/h", model="m"),
     "delete_webhook": lambda c, tmp: c.delete_webhook("w1"),
@@ -356,6 +359,7 @@ def _version_answer(digest: str, size: int) -> dict[str, Any]:
             "constants": 0,
             "nodes": 0,
         },
+        "verification": {"state": "verified", "torch": "2.13.0"},
         "created_at": "2024-01-01T00:00:00Z",
         "tags": {},
         "aliases": [],
