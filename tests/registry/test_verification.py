@@ -10,6 +10,7 @@ torch workers that lack the namespace, as a service without transformers lacks M
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from alembic.config import Config
 from sqlalchemy import select
 
 from app.cli import EXIT_INVALID, EXIT_OK, main
+from app.jobs.push import prepare
+from app.jobs.runners import INLINE
+from app.jobs.torch import job_torch_check
 from app.programs.findings import Report
 from app.programs.torch_check import TorchCheck
 from app.registry.audit import audit_log
@@ -217,9 +221,9 @@ def test_a_mixtral_verified_where_transformers_is_imported(
 class LackingNamespace:
     """A torch runner whose worker lacks the pt2zoo namespace, as one without the import."""
 
-    def submit(self, job: str, *args: object) -> object:
+    def submit(self, job: Callable[..., Any], *args: object, timeout_s: float | None = None) -> Any:
         """torch's check as such a worker answers it."""
-        assert job == "job_torch_check", job
+        assert job is job_torch_check, job
         return TorchCheck([_MISSING], ["pt2zoo"], torch=TORCH).to_dict()
 
 
@@ -231,7 +235,7 @@ def test_the_same_program_pushed_where_torch_builds_it_is_verified(
     try:
         staged = registry.blobs.stage_bytes(archives["custom_op"])
         try:
-            candidate = registry.prepare(staged.path, LackingNamespace())
+            candidate = prepare(registry, staged.path, INLINE, LackingNamespace())
         finally:
             staged.discard()
         first = registry.push("moe", candidate)
