@@ -44,19 +44,23 @@ from app import files
 from app.failure import Failure, ProblemCode
 from app.programs.diff import ProgramDiff
 from app.programs.findings import Report
-from app.registry.audit import AuditPage
-from app.registry.auth import Grant, NewToken, TokenInfo
 from app.registry.records import (
     AliasInfo,
+    AuditPage,
+    CreatedSubscription,
+    DeliveryPage,
+    Grant,
     ModelInfo,
     ModelPage,
+    NewToken,
     Pushed,
     PushedVersion,
+    SearchPage,
+    Subscription,
+    TokenInfo,
     VersionInfo,
     VersionPage,
 )
-from app.registry.search import SearchPage
-from app.registry.webhooks import CreatedSubscription, DeliveryPage, Subscription
 
 if TYPE_CHECKING:
     from app.bridge.exported import ExportedProgram

@@ -156,7 +156,8 @@ def test_the_wheel_without_torch_runs_the_torch_free_commands(
             [
                 python,
                 "-c",
-                "import sys, app.cli, pt2serde; print(pt2serde.__version__, *sorted(sys.modules))",
+                "import sys, app.cli, pt2serde; pt2serde.Client('http://127.0.0.1:9').close(); "
+                "print(pt2serde.__version__, *sorted(sys.modules))",
             ],
             here,
             env=env,

@@ -26,12 +26,12 @@ from app.registry.auth import (
     ANONYMOUS,
     AccessFailure,
     Identity,
-    Level,
     admin_secret,
     at_least,
     auth_configured,
     proxied_identity,
 )
+from app.registry.records import Level
 from app.registry.store import Registry
 from app.settings import Settings
 

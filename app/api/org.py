@@ -11,18 +11,10 @@ from app.api.auth import AUTH_PROBLEMS, CallerDep, ManageDep, ensure
 from app.api.deps import DateTime
 from app.failure import ProblemCode
 from app.http.problems import problem_responses
-from app.registry.audit import AuditPage, AuditQuery, entries
-from app.registry.auth import (
-    EVERYONE,
-    AccessFailure,
-    Grant,
-    Level,
-    NewToken,
-    TokenInfo,
-    auth_configured,
-    check_principal,
-)
+from app.registry.audit import AuditQuery, entries
+from app.registry.auth import EVERYONE, AccessFailure, auth_configured, check_principal
 from app.registry.names import check_model_name
+from app.registry.records import AuditPage, Grant, Level, NewToken, TokenInfo
 from app.registry.store import Registry
 from app.settings import Settings
 

@@ -11,7 +11,8 @@ from app.api.deps import DateTime
 from app.api.registry import RegistryDep
 from app.http.problems import problem_responses
 from app.registry.names import check_model_name
-from app.registry.search import SearchPage, SearchQuery, parse_tag
+from app.registry.records import SearchPage
+from app.registry.search import SearchQuery, parse_tag
 
 router = APIRouter(prefix="/v1", tags=["registry"])
 

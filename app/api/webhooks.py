@@ -22,7 +22,7 @@ from app.registry import webhooks as hooks
 from app.registry.auth import AccessFailure
 from app.registry.destinations import Destinations
 from app.registry.names import check_model_name
-from app.registry.outbox import EventKind
+from app.registry.records import CreatedSubscription, DeliveryPage, EventKind, Subscription
 from app.registry.store import Registry
 
 
@@ -50,7 +50,7 @@ def _may(registry: Registry, who: Caller, model: str | None) -> bool:
     return who.identity.admin if model is None else has(registry, who, model, "manage")
 
 
-def _own(registry: Registry, who: Caller, webhook_id: str) -> hooks.Subscription:
+def _own(registry: Registry, who: Caller, webhook_id: str) -> Subscription:
     found = hooks.get(registry.db, webhook_id)
     if not _may(registry, who, found.model):
         raise AccessFailure("forbidden", f"{who.identity.principal} may not manage {webhook_id}")
@@ -70,20 +70,20 @@ class NewSubscription(BaseModel):
 class SubscriptionList(BaseModel):
     """Live subscriptions, oldest first."""
 
-    webhooks: list[hooks.Subscription]
+    webhooks: list[Subscription]
 
 
 @router.post(
     "",
     status_code=201,
-    response_model=hooks.CreatedSubscription,
+    response_model=CreatedSubscription,
     responses=problem_responses(
         *_PROBLEMS, "bad-request", "invalid-webhook", "invalid-name", "webhook-destination-refused"
     ),
 )
 def create_webhook(
     body: NewSubscription, who: CallerDep, registry: RegistryDep
-) -> hooks.CreatedSubscription:
+) -> CreatedSubscription:
     """Subscribe a URL to registry events; the answer holds the signing secret, shown once.
 
     Each delivery is a signed POST (see `X-Pt2serde-Signature` in docs/registry.md):
@@ -115,10 +115,10 @@ def list_webhooks(
 
 @router.get(
     "/{webhook_id}",
-    response_model=hooks.Subscription,
+    response_model=Subscription,
     responses=problem_responses(*_ONE_PROBLEMS),
 )
-def get_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> hooks.Subscription:
+def get_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> Subscription:
     """One subscription (without its secret)."""
     return _own(registry, who, webhook_id)
 
@@ -138,7 +138,7 @@ def delete_webhook(webhook_id: str, who: CallerDep, registry: RegistryDep) -> Re
 
 @router.get(
     "/{webhook_id}/deliveries",
-    response_model=hooks.DeliveryPage,
+    response_model=DeliveryPage,
     responses=problem_responses(*_ONE_PROBLEMS),
 )
 def list_deliveries(
@@ -147,7 +147,7 @@ def list_deliveries(
     registry: RegistryDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
-) -> hooks.DeliveryPage:
+) -> DeliveryPage:
     """A subscription's deliveries, newest first: status, attempts, the last answer."""
     _own(registry, who, webhook_id)
     return hooks.deliveries(registry.db, webhook_id, limit, before)

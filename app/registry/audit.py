@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
 from sqlalchemy import (
     JSON,
     Column,
@@ -26,6 +25,7 @@ from sqlalchemy import (
 )
 
 from app.registry.db import Database, metadata, now, utc
+from app.registry.records import AuditEntry, AuditPage
 
 Action = Literal[
     "version.push",
@@ -109,29 +109,6 @@ def record(conn: Connection, change: Change) -> None:
             client=actor.client,
         )
     )
-
-
-class AuditEntry(BaseModel):
-    """One row of the audit log."""
-
-    id: int
-    at: datetime
-    actor: str
-    token_id: str | None
-    action: str
-    model: str | None
-    target: str
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    request_id: str
-    client: str
-
-
-class AuditPage(BaseModel):
-    """Audit rows, newest first; pass `next` as `before` for the following (older) page."""
-
-    entries: list[AuditEntry]
-    next: int | None
 
 
 @dataclass(frozen=True)

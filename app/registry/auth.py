@@ -18,9 +18,8 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, get_args
+from typing import get_args
 
-from pydantic import BaseModel
 from sqlalchemy import (
     Boolean,
     Column,
@@ -43,9 +42,9 @@ from app.failure import ProblemCode
 from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.db import Database, metadata, models, now, utc, versions
 from app.registry.errors import RegistryFailure, blob_not_found
+from app.registry.records import Grant, Level, NewToken, TokenInfo
 from app.settings import Settings
 
-Level = Literal["none", "read", "write", "manage"]
 LEVELS: tuple[Level, ...] = get_args(Level)
 #: a grant to this principal applies to every authenticated principal.
 EVERYONE = "*"
@@ -149,34 +148,6 @@ def proxied_identity(name: str, admin_users: tuple[str, ...]) -> Identity:
         shown = name[:64]
         raise AccessFailure("unauthenticated", f"the proxy's user name {shown!r} is not accepted")
     return Identity(name, None, admin)
-
-
-class TokenInfo(BaseModel):
-    """A token's public record (never its secret)."""
-
-    id: str
-    name: str
-    owner: str
-    admin: bool
-    created_at: datetime
-    created_by: str
-    expires_at: datetime | None
-    revoked_at: datetime | None
-
-
-class NewToken(TokenInfo):
-    """A token just created: the only answer that carries its secret."""
-
-    secret: str
-
-
-class Grant(BaseModel):
-    """A principal's permission on a model."""
-
-    model: str
-    principal: str
-    level: Level
-    updated_at: datetime
 
 
 def check_principal(principal: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -36,18 +36,7 @@ from sqlalchemy import (
 
 from app.registry.audit import Change
 from app.registry.db import Database, metadata, now
-
-EventKind = Literal[
-    "version.created", "version.deleted", "version.verified", "alias.moved", "tag.changed"
-]
-EVENT_KINDS: tuple[EventKind, ...] = (
-    "version.created",
-    "version.deleted",
-    "version.verified",
-    "alias.moved",
-    "tag.changed",
-)
-DeliveryStatus = Literal["pending", "delivered", "failed", "cancelled"]
+from app.registry.records import EventKind
 
 _TIME = DateTime(timezone=True)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -129,3 +129,123 @@ class CleanupReport(BaseModel):
     strays: list[str]
     #: staging directories of processes that are gone
     staging: list[str]
+
+
+class AuditEntry(BaseModel):
+    """One row of the audit log."""
+
+    id: int
+    at: datetime
+    actor: str
+    token_id: str | None
+    action: str
+    model: str | None
+    target: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    request_id: str
+    client: str
+
+
+class AuditPage(BaseModel):
+    """Audit rows, newest first; pass `next` as `before` for the following (older) page."""
+
+    entries: list[AuditEntry]
+    next: int | None
+
+
+Level = Literal["none", "read", "write", "manage"]
+
+
+class TokenInfo(BaseModel):
+    """A token's public record (never its secret)."""
+
+    id: str
+    name: str
+    owner: str
+    admin: bool
+    created_at: datetime
+    created_by: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class NewToken(TokenInfo):
+    """A token just created: the only answer that carries its secret."""
+
+    secret: str
+
+
+class Grant(BaseModel):
+    """A principal's permission on a model."""
+
+    model: str
+    principal: str
+    level: Level
+    updated_at: datetime
+
+
+class SearchPage(BaseModel):
+    """Matching versions, newest first; pass `next` as `after` for the following page."""
+
+    versions: list[VersionInfo]
+    next: int | None
+
+
+EventKind = Literal[
+    "version.created", "version.deleted", "version.verified", "alias.moved", "tag.changed"
+]
+
+
+EVENT_KINDS: tuple[EventKind, ...] = (
+    "version.created",
+    "version.deleted",
+    "version.verified",
+    "alias.moved",
+    "tag.changed",
+)
+
+
+DeliveryStatus = Literal["pending", "delivered", "failed", "cancelled"]
+
+
+class Subscription(BaseModel):
+    """A webhook subscription: which events of which model (None: every model) go where."""
+
+    id: str
+    model: str | None
+    events: list[EventKind]
+    url: str
+    created_at: datetime
+    created_by: str | None = None
+    #: when deliveries stopped because the creator lost what the subscription needs, and why
+    paused_at: datetime | None = None
+    paused_reason: str | None = None
+
+
+class CreatedSubscription(Subscription):
+    """A new subscription with its signing secret, which is shown this once."""
+
+    secret: str
+
+
+class Delivery(BaseModel):
+    """Where one event's delivery to one subscription stands."""
+
+    id: int
+    event_id: str
+    kind: EventKind
+    model: str
+    status: DeliveryStatus
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_attempt_at: datetime
+    delivered_at: datetime | None
+
+
+class DeliveryPage(BaseModel):
+    """Deliveries newest first; pass `next` as `before` for the following page."""
+
+    deliveries: list[Delivery]
+    next: int | None

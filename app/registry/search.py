@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy import (
     Column,
     ColumnElement,
@@ -29,7 +28,7 @@ from sqlalchemy import (
 
 from app.registry.db import aliases, metadata, models, tags, versions
 from app.registry.errors import RegistryFailure
-from app.registry.records import VersionInfo
+from app.registry.records import SearchPage, VersionInfo
 
 version_namespaces = Table(
     "version_namespaces",
@@ -60,13 +59,6 @@ class SearchQuery:
     created_after: datetime | None = None
     created_before: datetime | None = None
     include_deleted: bool = False
-
-
-class SearchPage(BaseModel):
-    """Matching versions, newest first; pass `next` as `after` for the following page."""
-
-    versions: list[VersionInfo]
-    next: int | None
 
 
 def parse_tag(text: str) -> tuple[str, str | None]:

@@ -44,12 +44,13 @@ from app.registry.records import (
     ModelInfo,
     ModelPage,
     Pushed,
+    SearchPage,
     Verified,
     VersionDigests,
     VersionInfo,
     VersionPage,
 )
-from app.registry.search import SearchPage, SearchQuery, find, index_namespaces
+from app.registry.search import SearchQuery, find, index_namespaces
 from app.registry.stored import StoredArchive
 from app.registry.summary import Summary
 from app.settings import Settings

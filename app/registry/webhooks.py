@@ -25,12 +25,10 @@ import os
 import secrets
 import time
 import uuid
-from datetime import datetime
 from typing import Any
 
 import httpx
 import orjson
-from pydantic import BaseModel
 from sqlalchemy import func, insert, select, update
 
 from app.registry import outbox
@@ -39,7 +37,15 @@ from app.registry.auth import Access
 from app.registry.db import Database, now, utc
 from app.registry.destinations import Destinations
 from app.registry.errors import RegistryFailure
-from app.registry.outbox import EVENT_KINDS, Claimed, DeliveryStatus, EventKind, Outcome
+from app.registry.outbox import Claimed, Outcome
+from app.registry.records import (
+    EVENT_KINDS,
+    CreatedSubscription,
+    Delivery,
+    DeliveryPage,
+    EventKind,
+    Subscription,
+)
 from app.settings import Settings
 
 SIGNATURE_HEADER = "X-Pt2serde-Signature"
@@ -47,48 +53,6 @@ _SECRET_PREFIX = "whsec_"
 _MAX_URL = 2000
 _ERROR_CHARS = 500
 log = logging.getLogger(__name__)
-
-
-class Subscription(BaseModel):
-    """A webhook subscription: which events of which model (None: every model) go where."""
-
-    id: str
-    model: str | None
-    events: list[EventKind]
-    url: str
-    created_at: datetime
-    created_by: str | None = None
-    #: when deliveries stopped because the creator lost what the subscription needs, and why
-    paused_at: datetime | None = None
-    paused_reason: str | None = None
-
-
-class CreatedSubscription(Subscription):
-    """A new subscription with its signing secret, which is shown this once."""
-
-    secret: str
-
-
-class Delivery(BaseModel):
-    """Where one event's delivery to one subscription stands."""
-
-    id: int
-    event_id: str
-    kind: EventKind
-    model: str
-    status: DeliveryStatus
-    attempts: int
-    last_status: int | None
-    last_error: str | None
-    next_attempt_at: datetime
-    delivered_at: datetime | None
-
-
-class DeliveryPage(BaseModel):
-    """Deliveries newest first; pass `next` as `before` for the following page."""
-
-    deliveries: list[Delivery]
-    next: int | None
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

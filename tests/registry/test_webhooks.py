@@ -18,7 +18,8 @@ from app.registry.audit import SYSTEM, Actor, AuditQuery, entries
 from app.registry.db import now
 from app.registry.destinations import Destinations
 from app.registry.errors import RegistryFailure
-from app.registry.outbox import EventKind, attempts, claim, deliveries, record
+from app.registry.outbox import attempts, claim, deliveries, record
+from app.registry.records import CreatedSubscription, EventKind
 from app.registry.store import Registry
 from tests.registry.databases import ON_DATABASES
 from tests.registry.receiver import Receiver, receiver, verify
@@ -46,12 +47,12 @@ def _dispatcher(registry: Registry, **settings: Any) -> hooks.Dispatcher:
     return hooks.Dispatcher(registry.db, registry.settings.model_copy(update=allowed))
 
 
-def _create(registry: Registry, url: str, *args: Any) -> hooks.CreatedSubscription:
+def _create(registry: Registry, url: str, *args: Any) -> CreatedSubscription:
     allowing = Destinations(registry.settings.model_copy(update=_LOOPBACK_OK))
     return hooks.create(registry.db, url, *args, destinations=allowing)
 
 
-def _subscribe(registry: Registry, sink: Receiver, **kwargs: Any) -> hooks.CreatedSubscription:
+def _subscribe(registry: Registry, sink: Receiver, **kwargs: Any) -> CreatedSubscription:
     created = _create(registry, sink.url, kwargs.get("events"), kwargs.get("model"))
     sink.secrets.append(created.secret)
     return created
