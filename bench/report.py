@@ -54,7 +54,7 @@ LABELS = {
     "parse": "parse + validate: schema.load vs torch _bytes_to_dataclass; floor orjson.loads",
     "dump": "dump: schema.dump vs torch _to_json_bytes; floor orjson.dumps",
     "canonicalize": "canonicalize + canonical bytes + digests vs torch canonicalize + encoder",
-    "validate": "semantic validation of the .pt2 (operations.validate) vs torch.export.load",
+    "validate": "semantic validation of the .pt2 (operations.check) vs torch.export.load",
     "deserialize": ".pt2 -> loadable .pt2 (bridge fast route + pt2 write) vs torch load + save",
     "diff": "schema diff: schema.diff of two schema versions",
     "validate-torch": "CLI process `pt2serde validate --level torch` vs a torch.export.load "

@@ -55,6 +55,9 @@ HEAVY: dict[str, str] = {
     "tests/registry/test_verification.py::test_a_mixtral_verified_where_transformers_is_imported": (
         "exports a Mixtral, then two servers whose workers import transformers or not"
     ),
+    "tests/registry/test_client_pipeline.py::test_a_pipeline_ships_a_fine_tuned_gpt2": (
+        "exports a GPT-2 twice and loads both pulls in torch"
+    ),
     "tests/registry/test_blobs.py::test_gc_racing_pushes_of_the_same_tensors": (
         "pushes race gc over and over"
     ),
