@@ -131,7 +131,7 @@ def test_every_method_calls_its_routes_as_openapi_names_them(tmp_path: Path) -> 
     def record(request: httpx.Request) -> httpx.Response:
         seen.append((request.method, request.url.raw_path.decode().partition("?")[0]))
         if request.url.path.endswith("/versions/champion"):  # so that pull asks for the archive
-            return httpx.Response(200, json=_version_answer("0" * 64, 1))
+            return httpx.Response(200, json=version_answer("0" * 64, 1))
         return _problem(404, "model-not-found", "no model m")
 
     with _client(record) as registry:
@@ -311,7 +311,7 @@ def test_path_parts_are_quoted_and_the_token_sent() -> None:
 def test_push_and_pull_report_progress(tmp_path: Path) -> None:
     archive = b"z" * (2 * (1 << 20) + 5)
     digest = hashlib.sha256(archive).hexdigest()
-    version = _version_answer(digest, len(archive))
+    version = version_answer(digest, len(archive))
 
     def registry_of_one(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
@@ -340,7 +340,8 @@ def test_push_and_pull_report_progress(tmp_path: Path) -> None:
     assert [done for done, _ in received] == sorted({done for done, _ in received})
 
 
-def _version_answer(digest: str, size: int) -> dict[str, Any]:
+def version_answer(digest: str, size: int) -> dict[str, Any]:
+    """A server's answer for version 1 of model `m` whose archive has this digest and size."""
     return {
         "model": "m",
         "version": 1,

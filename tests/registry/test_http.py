@@ -32,6 +32,7 @@ from tests.registry.conftest import (
     variant,
     warm,
 )
+from tests.test_client import version_answer
 from tests.zoo import ZooProgram, outputs_close, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
@@ -377,29 +378,7 @@ def test_client_methods(served: RegistryServer, archives: dict[str, bytes], tmp_
 
 def test_client_refuses_corrupt_downloads(tmp_path: Path) -> None:
     """A server (or proxy) that sends other bytes than the digest it announced."""
-    info = {
-        "model": "m",
-        "version": 1,
-        "digests": {"program": "p", "graph": "g", "weights": "w", "archive": sha256(b"right")},
-        "archive_size": 5,
-        "archive_model": "model",
-        "schema_version": "8.20",
-        "min_schema_version": "8.20",
-        "readable_by": [],
-        "summary": {
-            "inputs": [],
-            "outputs": [],
-            "parameter_count": 0,
-            "parameters": 0,
-            "buffers": 0,
-            "constants": 0,
-            "nodes": 0,
-        },
-        "verification": {"state": "verified", "torch": "2.13.0"},
-        "created_at": "2024-01-01T00:00:00Z",
-        "tags": {},
-        "aliases": [],
-    }
+    info = version_answer(sha256(b"right"), 5)
 
     def answer(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/archive"):
