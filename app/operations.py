@@ -43,6 +43,7 @@ from app.programs.inspect.view import Subject
 from app.programs.screen import pickle_findings, refuse_if_unsafe, screen
 from app.programs.torch_check import TorchCheck
 from app.programs.validation import validate_bytes, validate_document
+from app.programs.values import TensorValues, tensor_values
 from app.releases import compat as release_compat
 from app.releases import lacking, lacking_target, releases, rules, running
 from app.settings import Settings
@@ -454,6 +455,14 @@ def tensor_summaries(source: Source, model: str | None = None) -> list[TensorSum
             )
         )
     return found
+
+
+def tensor_value_stats(source: Source, model: str | None = None) -> list[TensorValues]:
+    """The value statistics of each tensor the model's archive stores, by FQN in name order
+    (pickled ones listed with a note); a bare document stores none."""
+    if source.archive is None:
+        return []
+    return tensor_values(program_diffs.ArchiveWeights(source.archive, source.model(model)))
 
 
 def _hashing(chunks: Iterator[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:

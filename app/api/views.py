@@ -24,10 +24,16 @@ from app.api.registry import RegistryDep
 from app.api.stored import on_stored, run_sync
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
-from app.jobs.documents import job_stored_inspect, job_stored_ranges, job_stored_validate
+from app.jobs.documents import (
+    job_stored_inspect,
+    job_stored_ranges,
+    job_stored_tensor_values,
+    job_stored_validate,
+)
 from app.programs.findings import Report
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
 from app.programs.inspect.registry import InspectAnswer, answer
+from app.programs.values import TensorValues
 
 router = APIRouter(prefix="/v1", tags=["views"])
 
@@ -148,6 +154,23 @@ async def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[op
             return ops.tensor_summaries(source, info.archive_model)
 
     return await run_sync(summaries)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/tensors/stats",
+    response_model=list[TensorValues],
+    responses=problem_responses(*_VERSION_PROBLEMS, "service-busy"),
+)
+async def version_tensor_stats(
+    name: str, ref: str, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
+    """Each tensor a stored version holds, by name, with its values at a glance: min, max,
+    mean and standard deviation of its finite elements, and how many are zero, NaN or
+    infinite (read by numpy from the stored archive, in a document worker when it is large)."""
+    info, stored = await run_sync(registry.stored, name, ref)
+    args = (stored, settings, info.archive_model)
+    key = (stored.digest, "tensor-stats")
+    return await on_stored(request, key, [stored], job_stored_tensor_values, args)
 
 
 @router.get(

@@ -30,6 +30,7 @@ from app.programs.diff import ProgramDiff
 from app.programs.findings import Level, Report
 from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
 from app.programs.torch_check import TorchCheck
+from app.programs.values import TensorValues
 from app.registry.stored import StoredArchive, stored_objects, stored_source
 from app.settings import Settings
 from app.tensors.sources import TensorSource
@@ -274,6 +275,14 @@ def job_stored_ranges(stored: StoredArchive, settings: Settings, model: str) -> 
     """The ranges of a stored version's shape symbols."""
     with stored_source(stored, settings) as source:
         return symbol_ranges(ops.read_document(source, model, settings).doc)
+
+
+def job_stored_tensor_values(
+    stored: StoredArchive, settings: Settings, model: str
+) -> list[TensorValues]:
+    """The value statistics of each tensor a stored version holds."""
+    with stored_source(stored, settings) as source:
+        return ops.tensor_value_stats(source, model)
 
 
 def job_stored_diff(

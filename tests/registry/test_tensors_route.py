@@ -1,6 +1,7 @@
 """`GET .../tensors` through a real server says of each stored tensor what torch says of it:
 dtype, shape, strides, offset, its storage's byte count and the sha256 of those bytes; the
-digests are the ones the version's weights digest is built from."""
+digests are the ones the version's weights digest is built from. `GET .../tensors/stats` says
+of each one's values what torch computes of them."""
 
 from __future__ import annotations
 
@@ -31,9 +32,13 @@ class Mixed(nn.Module):
         self.fc = nn.Linear(16, 8)
         self.scale = nn.Parameter(torch.randn(3, 5).to(torch.bfloat16))
         self.register_buffer("steps", torch.arange(7, dtype=torch.int64))
+        odd = torch.tensor([[0.0, float("nan"), 2.5], [float("inf"), -4.0, 0.0]])
+        self.register_buffer("odd", odd)
+        self.register_buffer("flags", torch.tensor([True, False, True]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x) + self.scale.float().sum() + self.steps.sum()
+        extra = self.odd.nan_to_num().sum() + self.flags.sum()
+        return self.fc(x) + self.scale.float().sum() + self.steps.sum() + extra
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +77,42 @@ def test_each_tensor_as_torch_has_it(
         assert entry["sha256"] == hashlib.sha256(storage).hexdigest()
     pairs = [(e["name"], e["digest"]) for e in entries.values()]
     assert weights_digest(pairs) == version["digests"]["weights"]
+
+
+def test_tensor_stats_as_torch_computes_them(
+    pushed: tuple[RegistryServer, dict[str, torch.Tensor]],
+) -> None:
+    server, state = pushed
+    with server.client() as client:
+        answer = client.get("/v1/models/mixed/versions/1/tensors/stats")
+    assert answer.status_code == 200, answer.text
+    entries = {e["name"]: e for e in answer.json()}
+    assert sorted(entries) == sorted(state)
+    for name, tensor in state.items():
+        entry = entries[name]
+        values = tensor.detach().double()
+        finite = values[values.isfinite()]
+        assert entry["numel"] == tensor.numel()
+        assert entry["shape"] == list(tensor.shape)
+        assert entry["zeros"] == int((values == 0).sum())
+        assert entry["nans"] == int(values.isnan().sum())
+        assert entry["infs"] == int(values.isinf().sum())
+        assert entry["min"] == pytest.approx(float(finite.min()))
+        assert entry["max"] == pytest.approx(float(finite.max()))
+        assert entry["mean"] == pytest.approx(float(finite.mean()))
+        assert entry["std"] == pytest.approx(float(finite.std()))
+        assert entry["note"] is None
+    assert entries["odd"]["nans"] == 1
+    assert entries["odd"]["infs"] == 1
+    assert entries["odd"]["zeros"] == 2
+    assert entries["flags"]["mean"] == pytest.approx(2 / 3)
+
+
+def test_tensor_stats_of_a_missing_version(
+    pushed: tuple[RegistryServer, dict[str, torch.Tensor]],
+) -> None:
+    server, _ = pushed
+    with server.client() as client:
+        answer = client.get("/v1/models/mixed/versions/9/tensors/stats")
+    assert answer.status_code == 404
+    assert answer.json()["type"].endswith("/version-not-found")

@@ -34,7 +34,7 @@ from app.programs.diff.models import (
 )
 from app.programs.diff.program import diff_programs
 from app.programs.diff.text import render_text
-from app.programs.diff.weights import ArchiveWeights, RawWeights, StoredTensor, WeightSource
+from app.programs.values import ArchiveWeights, RawWeights, StoredTensor, WeightSource
 
 __all__ = [
     "ArchiveWeights",

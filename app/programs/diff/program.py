@@ -18,13 +18,11 @@ from app.programs.diff.nodes import Sides, diff_graphs
 from app.programs.diff.prepared import Ref, build_graph, canonical_graph
 from app.programs.diff.symbols import Symbols
 from app.programs.diff.text import plural
-from app.programs.diff.weights import (
-    WeightSource,
-    compare_weights,
-)
+from app.programs.diff.weights import compare_weights
 from app.programs.digest import graph_digest_of
 from app.programs.graph import values as value_names
 from app.programs.inspect import InspectFailure, module_tree
+from app.programs.values import WeightSource
 from schema.io import no_cycle_collection
 from schema.models import (
     ExportedProgram,

@@ -11,179 +11,25 @@ A removed and an added weight whose digests are equal (and unique) is a rename.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
-from app.archive import Archive, RawTensor, TensorKind, dtype_name
-from app.archive.tensors import storage_nbytes
+from app.archive import dtype_name
 from app.programs.diff.models import ValueStats, WeightChange, WeightChangeKind, WeightKind
 from app.programs.digest import tensor_digest
 from app.programs.inspect.common import graph_weights, static_shape
-from schema.dtypes import ITEMSIZE
-from schema.models import ExportedProgram, Layout, ScalarType, SymIntAsInt, TensorMeta
-
-#: Elements converted to float64 at a time, so a large tensor never doubles in memory at once.
-_CHUNK = 1 << 20
-
-#: Little-endian numpy dtypes of the scalar types numpy reads directly.
-_NUMPY: dict[ScalarType, str] = {
-    ScalarType.BYTE: "<u1",
-    ScalarType.CHAR: "<i1",
-    ScalarType.SHORT: "<i2",
-    ScalarType.INT: "<i4",
-    ScalarType.LONG: "<i8",
-    ScalarType.HALF: "<f2",
-    ScalarType.FLOAT: "<f4",
-    ScalarType.DOUBLE: "<f8",
-    ScalarType.COMPLEXFLOAT: "<c8",
-    ScalarType.COMPLEXDOUBLE: "<c16",
-    ScalarType.BOOL: "<u1",
-    ScalarType.BFLOAT16: "<u2",
-    ScalarType.UINT16: "<u2",
-    ScalarType.UINT32: "<u4",
-    ScalarType.UINT64: "<u8",
-}
-_COMPLEX = {ScalarType.COMPLEXFLOAT, ScalarType.COMPLEXDOUBLE}
-
-
-@dataclass(frozen=True)
-class StoredTensor:
-    """A stored tensor's view: kind, dtype, shape, strides and offset; pickled ones unreadable."""
-
-    name: str
-    kind: TensorKind
-    dtype: ScalarType | None
-    shape: tuple[int, ...] | None
-    strides: tuple[int, ...] | None
-    offset: int
-    readable: bool
-
-
-class WeightSource(Protocol):
-    """The stored tensors of one model, by the names its document uses."""
-
-    def tensors(self) -> Mapping[str, StoredTensor]:
-        """Every stored tensor of the model."""
-        ...
-
-    def chunks(self, name: str) -> Iterator[bytes]:
-        """The storage bytes of a readable tensor, streamed."""
-        ...
-
-    def data(self, name: str) -> bytes:
-        """The storage bytes of a readable tensor, whole."""
-        ...
-
-
-def _view(name: str, kind: TensorKind, meta: TensorMeta | None, readable: bool) -> StoredTensor:
-    """The tensor's view; unreadable unless it is a concrete, sane, strided view."""
-    if meta is None:
-        return StoredTensor(name, kind, None, None, None, 0, False)
-    sizes = [s.as_int if isinstance(s, SymIntAsInt) else None for s in meta.sizes]
-    strides = [s.as_int if isinstance(s, SymIntAsInt) else None for s in meta.strides]
-    offset = meta.storage_offset.as_int if isinstance(meta.storage_offset, SymIntAsInt) else None
-    shape = None if None in sizes else tuple(i for i in sizes if i is not None)
-    steps = None if None in strides else tuple(i for i in strides if i is not None)
-    sane = (
-        shape is not None
-        and steps is not None
-        and offset is not None
-        and len(shape) == len(steps)
-        and min((*shape, *steps, offset)) >= 0
-        and meta.dtype in ITEMSIZE
-        and meta.layout == Layout.Strided
-    )
-    return StoredTensor(name, kind, meta.dtype, shape, steps, offset or 0, readable and sane)
-
-
-class ArchiveWeights:
-    """One model's tensors in an opened archive (pickled ones are listed, never read)."""
-
-    def __init__(self, archive: Archive, model: str) -> None:
-        self.archive = archive
-        prefix = f"{model}/" if len(archive.documents) > 1 else ""
-        self._full = {
-            name.removeprefix(prefix): name
-            for name, entry in archive.tensors.items()
-            if entry.model == model
-        }
-        entries = archive.tensors
-        self._tensors = {
-            fqn: _view(fqn, entries[full].kind, entries[full].meta, not entries[full].use_pickle)
-            for fqn, full in self._full.items()
-        }
-
-    def tensors(self) -> Mapping[str, StoredTensor]:
-        """Every tensor of the model, by its document name."""
-        return self._tensors
-
-    def chunks(self, name: str) -> Iterator[bytes]:
-        """Stream the storage bytes (the reader checks size and CRC at the end)."""
-        return self.archive.iter_tensor(self._full[name])
-
-    def data(self, name: str) -> bytes:
-        """The whole storage bytes."""
-        return self.archive.tensor(self._full[name]).data
-
-
-class RawWeights:
-    """Tensors already in memory (e.g. from safetensors), by name."""
-
-    def __init__(self, tensors: Iterable[RawTensor]) -> None:
-        self._raw = {t.name: t for t in tensors}
-        self._tensors = {t.name: _view(t.name, t.kind, t.meta, True) for t in self._raw.values()}
-
-    def tensors(self) -> Mapping[str, StoredTensor]:
-        """Every tensor, by name."""
-        return self._tensors
-
-    def chunks(self, name: str) -> Iterator[bytes]:
-        """The storage bytes as one chunk."""
-        yield self._raw[name].data
-
-    def data(self, name: str) -> bytes:
-        """The storage bytes."""
-        return self._raw[name].data
-
+from app.programs.values import (
+    CHUNK,
+    StoredTensor,
+    WeightSource,
+    as_numbers,
+    elements,
+    numpy_readable,
+)
+from schema.models import ExportedProgram, ScalarType
 
 # ---------------------------------------------------------------- values
-
-
-def numpy_readable(dtype: ScalarType) -> bool:
-    """Whether value statistics can be computed for `dtype`."""
-    return dtype in _NUMPY
-
-
-def _elements(stored: StoredTensor, data: bytes) -> npt.NDArray[Any] | str:
-    """The view's elements, flattened, in their stored dtype; a reason when unreadable."""
-    assert stored.dtype is not None
-    assert stored.shape is not None
-    assert stored.strides is not None
-    itemsize = ITEMSIZE[stored.dtype]
-    needed = storage_nbytes(list(stored.shape), list(stored.strides), stored.offset, itemsize)
-    if needed > len(data):
-        return f"{stored.name}: the view needs {needed} bytes, the storage has {len(data)}"
-    base = np.frombuffer(data, dtype=_NUMPY[stored.dtype], count=len(data) // itemsize)
-    view = np.lib.stride_tricks.as_strided(
-        base[stored.offset :] if needed else base[:0],
-        shape=stored.shape,
-        strides=tuple(s * itemsize for s in stored.strides),
-        writeable=False,
-    )
-    return view.reshape(-1)
-
-
-def _as_numbers(chunk: npt.NDArray[Any], dtype: ScalarType) -> npt.NDArray[Any]:
-    if dtype == ScalarType.BFLOAT16:
-        # bfloat16 is the top half of a float32: widen the bits and reinterpret.
-        return (chunk.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype in _COMPLEX:
-        return chunk.astype(np.complex128)
-    return chunk.astype(np.float64)
 
 
 def value_stats(
@@ -196,8 +42,8 @@ def value_stats(
     assert dtype is not None
     if not numpy_readable(dtype):
         return f"numpy cannot read {dtype_name(dtype)}; value statistics skipped"
-    a_all = _elements(old, old_data)
-    b_all = _elements(new, new_data)
+    a_all = elements(old, old_data)
+    b_all = elements(new, new_data)
     if isinstance(a_all, str):
         return a_all
     if isinstance(b_all, str):
@@ -207,9 +53,9 @@ def value_stats(
     max_abs = 0.0
     norm_a = 0.0
     norm_d = 0.0
-    for start in range(0, numel, _CHUNK):
-        a = _as_numbers(a_all[start : start + _CHUNK], dtype)
-        b = _as_numbers(b_all[start : start + _CHUNK], dtype)
+    for start in range(0, numel, CHUNK):
+        a = as_numbers(a_all[start : start + CHUNK], dtype)
+        b = as_numbers(b_all[start : start + CHUNK], dtype)
         with np.errstate(invalid="ignore", over="ignore"):
             same = (a == b) | (np.isnan(a) & np.isnan(b))
             diff = np.abs(a - b)
