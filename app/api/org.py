@@ -51,6 +51,27 @@ def whoami(request: Request, who: CallerDep) -> Me:
     )
 
 
+class MyAccess(BaseModel):
+    """What the caller may do with a model (an admin: everything)."""
+
+    principal: str
+    level: Level
+
+
+@router.get(
+    "/models/{name}/access",
+    response_model=MyAccess,
+    responses=problem_responses(*_PROBLEMS, "invalid-name"),
+)
+def my_access(name: str, request: Request, who: CallerDep) -> MyAccess:
+    """The caller's own level on the model (``none``, ``read``, ``write`` or ``manage``): what
+    a client may offer its user to do, before it tries."""
+    identity = who.identity
+    model = check_model_name(name)
+    level: Level = "manage" if identity.admin else _registry(request).access.level(identity, model)
+    return MyAccess(principal=identity.principal, level=level)
+
+
 class TokenRequest(BaseModel):
     """A token to create: its name, its owner (admins only: another one), admin or not."""
 

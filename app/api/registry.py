@@ -41,7 +41,7 @@ from app.jobs import push
 from app.jobs.documents import job_stored_diff
 from app.programs.diff import ProgramDiff, render_text
 from app.registry.blobs import Staged
-from app.registry.names import MAX_VERSION, check_model_name
+from app.registry.names import MAX_DESCRIPTION, MAX_VERSION, check_model_name
 from app.registry.records import (
     AliasInfo,
     ModelInfo,
@@ -436,6 +436,25 @@ async def get_diff(
     # the held answer is the JSON one; a diff is far smaller than the programs it compares
     diff = await run_sync(ProgramDiff.model_validate_json, bytes(answer.body))
     return Response(render_text(diff), media_type="text/plain")
+
+
+class Description(BaseModel):
+    """A model's description (null removes it)."""
+
+    description: str | None = Field(max_length=MAX_DESCRIPTION)
+
+
+@router.put(
+    "/models/{name}/description",
+    response_model=ModelInfo,
+    responses=problem_responses(*_NAME_PROBLEMS, "bad-request"),
+)
+def put_description(
+    name: str, body: Description, who: WriteDep, registry: RegistryDep
+) -> ModelInfo:
+    """Describe the model for people (null: remove its description); audited as
+    ``model.describe``. Who may push to the model may describe it."""
+    return registry.describe(name, body.description, who.actor)
 
 
 class TagValue(BaseModel):

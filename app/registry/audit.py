@@ -35,6 +35,7 @@ Action = Literal[
     "alias.delete",
     "tag.set",
     "tag.delete",
+    "model.describe",
     "permission.set",
     "permission.delete",
     "token.create",

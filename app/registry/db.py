@@ -75,6 +75,8 @@ models = Table(
     #: the last version number handed out (numbers are never reused, even after a delete).
     Column("last_version", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    #: what the model is, for people (None: not described)
+    Column("description", Text, nullable=True),
 )
 
 versions = Table(

@@ -12,6 +12,7 @@ _TAG_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 #: a version reference naming the newest version not deleted (never an alias).
 LATEST = "latest"
 MAX_TAG_VALUE = 4096
+MAX_DESCRIPTION = 4096
 MAX_REASON = 2000
 MAX_PAGE = 1000
 

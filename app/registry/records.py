@@ -78,6 +78,8 @@ class ModelInfo(BaseModel):
     #: versions not deleted
     version_count: int
     aliases: dict[str, int]
+    #: what the model is, for people (None: not described)
+    description: str | None = None
 
 
 class ModelPage(BaseModel):

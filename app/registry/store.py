@@ -28,6 +28,7 @@ from app.registry.gc import GcReport, Periodic, collect
 from app.registry.ingest import Candidate
 from app.registry.names import (
     LATEST,
+    MAX_DESCRIPTION,
     MAX_PAGE,
     MAX_REASON,
     MAX_TAG_VALUE,
@@ -411,6 +412,7 @@ class Registry:
                 latest_version=stats[r.id].latest if r.id in stats else None,
                 version_count=stats[r.id].count if r.id in stats else 0,
                 aliases=named.get(r.id, {}),
+                description=r.description,
             )
             for r in page
         ]
@@ -433,7 +435,23 @@ class Registry:
             latest_version=stats[0],
             version_count=stats[1],
             aliases=named,
+            description=row.description,
         )
+
+    def describe(self, name: str, description: str | None, actor: Actor = SYSTEM) -> ModelInfo:
+        """Set (or, with None, remove) the model's description."""
+        if description is not None:
+            check_text(description, "description", MAX_DESCRIPTION)
+        with self.db.write() as conn:
+            model = self._model(conn, name, lock=True)
+            conn.execute(
+                update(models).where(models.c.id == model.id).values(description=description)
+            )
+            before = None if model.description is None else {"description": model.description}
+            after = None if description is None else {"description": description}
+            change = Change(actor, "model.describe", f"models/{name}", name, before, after)
+            self._record(conn, change)
+        return self.model(name)
 
     def versions(
         self, name: str, limit: int = 100, after: int | None = None, include_deleted: bool = False

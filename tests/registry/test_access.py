@@ -186,6 +186,15 @@ def _delete_tag(org: Org, role: str, allowed: bool) -> Call:
     return Call("DELETE", f"/v1/{target}", {}, ("tag.delete", target))
 
 
+def _describe(org: Org, role: str, allowed: bool) -> Call:
+    return Call(
+        "PUT",
+        "/v1/models/m/description",
+        {"json": {"description": f"by {role}"}},
+        ("model.describe", "models/m"),
+    )
+
+
 def _put_alias(
     alias: str, protected: bool | None, prepared: bool
 ) -> Callable[[Org, str, bool], Call]:
@@ -283,6 +292,9 @@ CASES = [
     Case("diff", "read", 200, _get("/v1/models/m/versions/1/diff?against=m:1")),
     Case("inspect", "read", 200, _get("/v1/models/m/versions/1/inspect")),
     Case("blob", "read", 200, _blob),
+    Case("tensor-stats", "read", 200, _get("/v1/models/m/versions/1/tensors/stats")),
+    Case("describe", "write", 200, _describe),
+    Case("my-access", "any", 200, _get("/v1/models/m/access")),
     Case("put-tag", "write", 200, _put_tag),
     Case("delete-tag", "write", 200, _delete_tag),
     Case("put-alias", "write", 200, _put_alias("a", None, prepared=False)),
@@ -473,3 +485,36 @@ def test_the_cli_manages_tokens_and_reads_the_audit_log(org: Org) -> None:
     assert refused.stderr.strip() == (
         "pt2serde: unauthenticated: send Authorization: Bearer <token>"
     )
+
+
+def test_own_access_and_description(org: Org) -> None:
+    """Each role reads its own level on `m` (what the UI offers it to do); a description is set,
+    shown with the model, removed with null, refused when empty or too long, and audited with
+    what it was before and after."""
+    levels = {role: org.client(role).get("/v1/models/m/access").json() for role in RANK}
+    assert {role: answer["level"] for role, answer in levels.items()} == {
+        "nobody": "none",
+        "reader": "read",
+        "writer": "write",
+        "manager": "manage",
+        "admin": "manage",
+    }
+    assert levels["writer"]["principal"] == "writer"
+    writer = org.client("writer")
+    set_to = writer.put("/v1/models/m/description", json={"description": "a small conv net"})
+    assert set_to.status_code == 200, set_to.text
+    assert set_to.json()["description"] == "a small conv net"
+    assert org.client("reader").get("/v1/models/m").json()["description"] == "a small conv net"
+    listed = org.client("reader").get("/v1/models").json()["models"]
+    assert listed[0]["description"] == "a small conv net"
+    for bad in ("", " ", "x" * 4097):
+        refused = writer.put("/v1/models/m/description", json={"description": bad})
+        assert refused.status_code in (400, 422), refused.text
+        assert refused.headers["content-type"] == "application/problem+json"
+    cleared = writer.put("/v1/models/m/description", json={"description": None})
+    assert cleared.json()["description"] is None
+    # newest first
+    rows = [r for r in _audit(org) if r["action"] == "model.describe" and r["actor"] == "writer"]
+    assert rows[1]["after"] == {"description": "a small conv net"}
+    assert rows[0]["before"] == {"description": "a small conv net"}
+    assert rows[0]["after"] is None
