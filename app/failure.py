@@ -131,6 +131,7 @@ ProblemCode = Literal[
     "model-not-found",
     "module-too-deep",
     "namespace-unregistered",
+    "node-not-found",
     "not-found",
     "operator-not-in-release",
     "payload-too-large",

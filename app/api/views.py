@@ -3,9 +3,9 @@ and validation views of a stored version, read from the registry without uploadi
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
@@ -26,6 +26,7 @@ from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.jobs.documents import (
     job_stored_inspect,
+    job_stored_node,
     job_stored_ranges,
     job_stored_tensor_values,
     job_stored_validate,
@@ -33,6 +34,7 @@ from app.jobs.documents import (
 from app.programs.findings import Report
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
 from app.programs.inspect.registry import InspectAnswer, answer
+from app.programs.node_details import NodeDetails
 from app.programs.values import TensorValues
 
 router = APIRouter(prefix="/v1", tags=["views"])
@@ -171,6 +173,30 @@ async def version_tensor_stats(
     args = (stored, settings, info.archive_model)
     key = (stored.digest, "tensor-stats")
     return await on_stored(request, key, [stored], job_stored_tensor_values, args)
+
+
+@router.get(
+    "/models/{name}/versions/{ref}/nodes/{graph}/{position}",
+    response_model=NodeDetails,
+    responses=problem_responses(*_VERSION_PROBLEMS, *_GRAPH_PROBLEMS, "node-not-found"),
+)
+async def version_node(
+    name: str,
+    ref: str,
+    graph: Annotated[int, Path(ge=0, le=2**31 - 1)],
+    position: Annotated[int, Path(ge=0, le=2**31 - 1)],
+    request: Request,
+    registry: RegistryDep,
+    settings: SettingsDep,
+) -> Response:
+    """One node of a stored version, numbered as its graph answer numbers them (graph index,
+    position in that graph): every argument (tensors with dtype and shape, literals as
+    written), every output, and where it came from (module stack, source function, the Python
+    stack trace the exporter recorded)."""
+    info, stored = await run_sync(registry.stored, name, ref)
+    args = (stored, settings, info.archive_model, graph, position)
+    key = (stored.digest, "node", graph, position)
+    return await on_stored(request, key, [stored], job_stored_node, args)
 
 
 @router.get(

@@ -168,6 +168,7 @@ register(
         "tag-not-found": "The version has no tag of that key",
         "blob-not-found": "No live version refers to that blob",
         "version-deleted": "The version was deleted",
+        "node-not-found": "The program has no node at that graph and position",
     },
 )
 register(

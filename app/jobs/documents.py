@@ -29,6 +29,7 @@ from app.jobs.torch import job_deserialize_to_pt2, job_torch_check
 from app.programs.diff import ProgramDiff
 from app.programs.findings import Level, Report
 from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
+from app.programs.node_details import NodeDetails, node_details
 from app.programs.torch_check import TorchCheck
 from app.programs.values import TensorValues
 from app.registry.stored import StoredArchive, stored_objects, stored_source
@@ -283,6 +284,14 @@ def job_stored_tensor_values(
     """The value statistics of each tensor a stored version holds."""
     with stored_source(stored, settings) as source:
         return ops.tensor_value_stats(source, model)
+
+
+def job_stored_node(
+    stored: StoredArchive, settings: Settings, model: str, graph: int, position: int
+) -> NodeDetails:
+    """One node of a stored version: arguments, outputs and where it came from."""
+    with stored_source(stored, settings) as source:
+        return node_details(ops.read_document(source, model, settings).doc, graph, position)
 
 
 def job_stored_diff(

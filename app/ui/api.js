@@ -74,3 +74,28 @@ export async function allVersions(name) {
     after = page.next;
   }
 }
+
+// A change (PUT or DELETE): the answer's JSON, or null for 204; a refusal throws its problem.
+export async function sendJSON(method, path, body = undefined) {
+  const init = { method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (!response.ok) throw await failure(response);
+  return response.status === 204 ? null : response.json();
+}
+
+// The caller's level on a model ("none", "read", "write" or "manage"): what the UI offers.
+export async function accessLevel(name) {
+  try {
+    return (await getJSON(`/v1/models/${enc(name)}/access`)).level;
+  } catch {
+    return "read";
+  }
+}
+
+export function mayWrite(level) {
+  return level === "write" || level === "manage";
+}

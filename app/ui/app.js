@@ -7,13 +7,20 @@ import { graphPage } from "./pages/graph.js";
 import { diffPage, filesDiffPage } from "./pages/diff.js";
 import { schemaPage } from "./pages/schema.js";
 import { tryPage } from "./pages/try.js";
+import { moduleGraphPage, partitionsPage, stagesPage, weightsPage } from "./pages/views.js";
+import { searchPage, searchBox } from "./pages/search.js";
 
 const ROUTES = [
   [/^\/ui\/?$/, modelsPage, "models"],
   [/^\/ui\/models\/([^/]+)\/?$/, modelPage, "model"],
   [/^\/ui\/models\/([^/]+)\/versions\/([^/]+)\/?$/, versionPage, "version"],
   [/^\/ui\/models\/([^/]+)\/versions\/([^/]+)\/graph\/?$/, graphPage, "graph"],
+  [/^\/ui\/models\/([^/]+)\/versions\/([^/]+)\/weights\/?$/, weightsPage, "weights"],
+  [/^\/ui\/models\/([^/]+)\/versions\/([^/]+)\/stages\/?$/, stagesPage, "stages"],
+  [/^\/ui\/models\/([^/]+)\/versions\/([^/]+)\/partitions\/?$/, partitionsPage, "partitions"],
+  [/^\/ui\/models\/([^/]+)\/versions\/([^/]+)\/modules\/?$/, moduleGraphPage, "module-graph"],
   [/^\/ui\/models\/([^/]+)\/diff\/?$/, diffPage, "diff"],
+  [/^\/ui\/search\/?$/, searchPage, "search"],
   [/^\/ui\/schema\/?$/, schemaPage, "schema"],
   [/^\/ui\/try\/?$/, tryPage, "try"],
   [/^\/ui\/diff\/?$/, filesDiffPage, "files-diff"],
@@ -21,6 +28,7 @@ const ROUTES = [
 
 async function start() {
   const main = document.getElementById("main");
+  searchBox(document.getElementById("search"));
   const query = new URLSearchParams(location.search);
   for (const [pattern, page, name] of ROUTES) {
     const match = location.pathname.match(pattern);

@@ -126,8 +126,35 @@ export function date(text) {
   return text ? text.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", " UTC") : "";
 }
 
+// A digest shortened to its first 12 hex digits (what people compare at a glance), the whole
+// one in its title and a button that copies it.
 export function digest(text) {
-  return h("code", { class: "digest", title: text }, text);
+  if (!text) return h("span", { class: "muted" }, "-");
+  const hex = text.includes(":") ? text.slice(text.indexOf(":") + 1) : text;
+  const shown = hex.length > 16 ? `${text.slice(0, text.length - hex.length)}${hex.slice(0, 12)}…` : text;
+  return h("span", { class: "digest" }, h("code", { title: text, dataset: { full: text } }, shown), copyButton(text, "digest"));
+}
+
+export function copyButton(text, what = "text") {
+  const button = h("button", { type: "button", class: "copy", "aria-label": `copy ${what} ${text}`, title: `copy ${text}` }, "copy");
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+    } catch {
+      // no clipboard permission (an http page off loopback): copy the selection the old way
+      const area = h("textarea", { class: "offscreen", readonly: true });
+      area.value = text;
+      document.body.append(area);
+      area.select();
+      document.execCommand("copy");
+      area.remove();
+    }
+    button.textContent = "copied";
+    setTimeout(() => {
+      button.textContent = "copy";
+    }, 1500);
+  });
+  return button;
 }
 
 // torch's dtype names by the schema's ScalarType names (schema.dtypes.DTYPE_NAMES; a test in

@@ -334,15 +334,60 @@ def test_renamed_weights_are_recognised_by_their_digest() -> None:
         ("torch.ops.aten.relu.default", ["relu"])
     ]
     assert diff.graph.removed == diff.graph.changed == []
+    # the Linear moved from 1 to 2 with its weights; the ReLU at 1 is the new module
     assert diff.modules == [
+        ModuleChange(path="1", change="added", new_type="torch.nn.modules.activation.ReLU"),
         ModuleChange(
-            path="1",
-            change="type",
+            path="2",
+            change="moved",
+            old_path="1",
             old_type="torch.nn.modules.linear.Linear",
-            new_type="torch.nn.modules.activation.ReLU",
+            new_type="torch.nn.modules.linear.Linear",
         ),
-        ModuleChange(path="2", change="added", new_type="torch.nn.modules.linear.Linear"),
     ]
+
+
+class _Blocks(nn.Module):
+    """A list of linear+relu blocks; `insert_at` puts one more (other weights) at that index."""
+
+    def __init__(self, blocks: int, insert_at: int | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        made = [nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(blocks)]
+        if insert_at is not None:
+            torch.manual_seed(5)
+            made.insert(insert_at, nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+        self.layers = nn.ModuleList(made)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.layers:
+            x = block(x)
+        return x
+
+
+def test_an_inserted_block_is_a_new_module_and_the_later_ones_moved() -> None:
+    """A block inserted at index 3 of 6 is the new module `layers.3` with its own two nodes
+    (not the last block's nodes, nor later blocks "changed" by their shifted weights); the
+    blocks after it moved one index up, their weights renamed with them."""
+    diff = _diff(_export(_Blocks(6)), _export(_Blocks(6, insert_at=3)))
+    new_graph = _export(_Blocks(6, insert_at=3)).graph_module.graph
+    inserted = [
+        n.name
+        for n in new_graph.nodes
+        if n.op == "call_function"
+        and list(n.meta["nn_module_stack"].values())[-1][0].startswith("layers.3")
+    ]
+    assert sorted(o for n in diff.graph.added for o in n.outputs) == sorted(inserted)
+    assert diff.graph.removed == diff.graph.changed == []
+    added = [m.path for m in diff.modules if m.change == "added"]
+    assert added == ["layers.3", "layers.3.0", "layers.3.1"]
+    moved = [(m.old_path, m.path) for m in diff.modules if m.change == "moved"]
+    assert moved == [("layers.3", "layers.4"), ("layers.4", "layers.5"), ("layers.5", "layers.6")]
+    changes = {p.name: (p.changes, p.renamed_from) for p in diff.parameters}
+    assert changes["layers.3.0.weight"] == (["added"], None)
+    assert changes["layers.4.0.weight"] == (["renamed"], "layers.3.0.weight")
+    assert changes["layers.6.0.bias"] == (["renamed"], "layers.5.0.bias")
+    assert "layers.0.0.weight" not in changes
 
 
 class _Scaled(nn.Module):

@@ -116,3 +116,34 @@ def test_tensor_stats_of_a_missing_version(
         answer = client.get("/v1/models/mixed/versions/9/tensors/stats")
     assert answer.status_code == 404
     assert answer.json()["type"].endswith("/version-not-found")
+
+
+def test_node_details_as_torch_has_the_node(
+    pushed: tuple[RegistryServer, dict[str, torch.Tensor]],
+) -> None:
+    """`GET .../nodes/{graph}/{position}` of the linear node: its arguments with torch's shapes,
+    its output, the module it ran in and the stack trace torch recorded; a node past the end
+    is 404 node-not-found."""
+    server, state = pushed
+    program = torch.export.export(Mixed(), (torch.randn(2, 16),))
+    [linear] = [n for n in program.graph.nodes if n.target is torch.ops.aten.linear.default]
+    with server.client() as client:
+        graph = client.get("/v1/models/mixed/versions/1/graph").json()
+        position = graph["nodes"]["name"].index(linear.name)
+        answer = client.get(f"/v1/models/mixed/versions/1/nodes/0/{position}")
+        beyond = client.get(f"/v1/models/mixed/versions/1/nodes/0/{len(graph['nodes']['name'])}")
+    assert answer.status_code == 200, answer.text
+    node = answer.json()
+    assert node["target"] == "torch.ops.aten.linear.default"
+    shapes = [[(v["dtype"], v["shape"]) for v in a["values"]] for a in node["arguments"]]
+    expected = [
+        [(str(arg.meta["val"].dtype).removeprefix("torch."), str(list(arg.meta["val"].shape)))]
+        for arg in linear.args
+    ]
+    assert shapes == expected
+    assert node["outputs"][0]["shape"] == str(list(linear.meta["val"].shape))
+    assert [m["path"] for m in node["module_stack"]] == ["fc"]
+    assert node["module_stack"][0]["type"].endswith("Linear")
+    assert node["stack_trace"] == linear.meta["stack_trace"]
+    assert beyond.status_code == 404
+    assert beyond.json()["type"].endswith("/node-not-found")

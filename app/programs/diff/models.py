@@ -154,12 +154,14 @@ class OpsetChange(_Answer):
 
 
 class ModuleChange(_Answer):
-    """A module of the rebuilt hierarchy added, removed or of another class."""
+    """A module of the rebuilt hierarchy added, removed, of another class, or moved."""
 
     path: str
-    change: Literal["added", "removed", "type"]
+    change: Literal["added", "removed", "type", "moved"]
     old_type: str | None = None
     new_type: str | None = None
+    #: where a moved module was (its weights moved with it: a layer inserted before it)
+    old_path: str | None = None
 
 
 class FieldChange(_Answer):

@@ -72,7 +72,7 @@ def _diff(
         _input_refs(new, inputs.names, weights.renamed),
     )
     graph = diff_graphs(old_graph, new_graph, Sides(old_symbols, new_symbols))
-    modules, notes = _modules(old, new)
+    modules, notes = _modules(old, new, weights.renamed)
     notes.extend(weights.notes)
     diff = ProgramDiff(
         summary=Summary(verdict="identical", counts=Counts(), weights_compared=False, text=""),
@@ -106,7 +106,16 @@ def _diff(
 def _input_refs(
     doc: ExportedProgram, users: dict[str, str] | None, renamed: dict[str, str]
 ) -> dict[str, Ref]:
-    """Graph input value -> identity; the new side's user inputs and weights in old names."""
+    """Graph input value -> identity; the new side's user inputs and weights in old names. A
+    new weight under a name whose old tensor moved to another name is another weight: the
+    nodes reading it are new, not the old ones that read that name."""
+    moved = set(renamed.values())
+
+    def weight(fqn: str) -> Ref:
+        if fqn in renamed:
+            return ("in", "weight", renamed[fqn])
+        return ("in", "new weight" if fqn in moved else "weight", fqn)
+
     refs: dict[str, Ref] = {}
     for k, spec in enumerate(doc.graph_module.signature.input_specs):
         if isinstance(spec, InputSpecUserInput):
@@ -119,13 +128,13 @@ def _input_refs(
                     refs[name] = ("in", "new user", name)
         elif isinstance(spec, InputSpecParameter):
             fqn = spec.parameter.parameter_name
-            refs[spec.parameter.arg.name] = ("in", "weight", renamed.get(fqn, fqn))
+            refs[spec.parameter.arg.name] = weight(fqn)
         elif isinstance(spec, InputSpecBuffer):
             fqn = spec.buffer.buffer_name
-            refs[spec.buffer.arg.name] = ("in", "weight", renamed.get(fqn, fqn))
+            refs[spec.buffer.arg.name] = weight(fqn)
         elif isinstance(spec, InputSpecTensorConstant):
             fqn = spec.tensor_constant.tensor_constant_name
-            refs[spec.tensor_constant.arg.name] = ("in", "weight", renamed.get(fqn, fqn))
+            refs[spec.tensor_constant.arg.name] = weight(fqn)
         elif isinstance(spec, InputSpecCustomObj):
             refs[spec.custom_obj.arg.name] = ("in", "object", spec.custom_obj.custom_obj_name)
         elif isinstance(spec, InputSpecToken):
@@ -137,20 +146,67 @@ def _class_name(type_name: str | None) -> str | None:
     return None if type_name is None else type_name.rsplit(".", 1)[-1]
 
 
-def _modules(old: ExportedProgram, new: ExportedProgram) -> tuple[list[ModuleChange], list[str]]:
+def _module_moves(renamed: dict[str, str]) -> dict[str, str]:
+    """Old module path -> new path, from the weights that moved: the module where an old and
+    a new name first differ (``layers.3`` -> ``layers.4`` for ``layers.3.0.weight`` ->
+    ``layers.4.0.weight``), kept when every moved weight under it agrees and no two old
+    modules move to one path."""
+    seen: dict[str, str | None] = {}
+    for new_name, old_name in renamed.items():
+        a, b = old_name.split("."), new_name.split(".")
+        if len(a) != len(b) or len(a) < 2:
+            continue
+        differ = [k for k in range(len(a) - 1) if a[k] != b[k]]
+        if not differ or a[differ[-1] + 1 :] != b[differ[-1] + 1 :]:
+            continue
+        src, dst = ".".join(a[: differ[-1] + 1]), ".".join(b[: differ[-1] + 1])
+        seen[src] = dst if seen.get(src, dst) == dst else None
+    moves = {src: dst for src, dst in seen.items() if dst is not None}
+    targets = list(moves.values())
+    return {src: dst for src, dst in moves.items() if targets.count(dst) == 1}
+
+
+def _moved_path(path: str, moves: dict[str, str]) -> str:
+    """`path` in the new tree's names when it, or a module above it, moved."""
+    parts = path.split(".")
+    for k in range(len(parts), 0, -1):
+        head = ".".join(parts[:k])
+        if head in moves:
+            return ".".join([moves[head], *parts[k:]])
+    return path
+
+
+def _modules(
+    old: ExportedProgram, new: ExportedProgram, renamed: dict[str, str]
+) -> tuple[list[ModuleChange], list[str]]:
+    """Modules added, removed, of another class, or moved (an inserted layer moves the later
+    ones: they are matched through the weights that moved with them, not by path)."""
     try:
-        before = {m.path: m for m in module_tree(old).modules}
+        old_tree = module_tree(old).modules
         after = {m.path: m for m in module_tree(new).modules}
     except InspectFailure as exc:
         return [], [f"module trees were not compared: {exc}"]
+    moves = _module_moves(renamed)
+    before = {_moved_path(m.path, moves): m for m in old_tree}
     found: list[ModuleChange] = []
     for path, module in before.items():
         if path not in after:
-            found.append(ModuleChange(path=path, change="removed", old_type=module.type))
+            found.append(ModuleChange(path=module.path, change="removed", old_type=module.type))
     for path, module in after.items():
         previous = before.get(path)
         if previous is None:
             found.append(ModuleChange(path=path, change="added", new_type=module.type))
+            continue
+        if path in moves.values():
+            found.append(
+                ModuleChange(
+                    path=path,
+                    change="moved",
+                    old_path=previous.path,
+                    old_type=previous.type,
+                    new_type=module.type,
+                )
+            )
         elif (
             previous.type is not None
             and module.type is not None

@@ -46,6 +46,8 @@ def render_text(diff: ProgramDiff) -> str:
                 lines.append(f"  + {m.path or '<root>'} ({m.new_type})")
             elif m.change == "removed":
                 lines.append(f"  - {m.path or '<root>'} ({m.old_type})")
+            elif m.change == "moved":
+                lines.append(f"  > {m.path} (was {m.old_path})")
             else:
                 lines.append(f"  ~ {m.path or '<root>'}: {m.old_type} -> {m.new_type}")
     if diff.fields:

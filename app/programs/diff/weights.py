@@ -6,7 +6,10 @@ they differ and dtype and shape agree, numpy reads both views (strides and offse
 bounds checked first) and says how far apart the values are. Digests name the stored bytes,
 so a re-laid-out tensor with equal values is a ``layout`` change, not a ``value`` change.
 
-A removed and an added weight whose digests are equal (and unique) is a rename.
+A weight whose stored digest is found under one other name only on the other side is a rename:
+a removed and an added one, or a shift (a block inserted into a list of layers moves the later
+layers' weights one index up: ``layers.3.*`` becomes ``layers.4.*``, and ``layers.3.*`` holds
+the new block's weights, which are added, not changed).
 """
 
 from __future__ import annotations
@@ -168,14 +171,18 @@ def compare_weights(
     old, new = _Side(old_doc, old_source), _Side(new_doc, new_source)
     values = old_source is not None and new_source is not None
     notes: list[str] = []
-    removed = [n for n in old.weights if n not in new.weights]
-    added = [n for n in new.weights if n not in old.weights]
-    renamed = _renames(old, new, removed, added) if values else {}
+    gone = [n for n in old.weights if n not in new.weights]
+    fresh = [n for n in new.weights if n not in old.weights]
+    renamed = _renames(old, new, gone, fresh) if values else {}
+    sources = set(renamed.values())
+    # a name both sides have is removed (added) when its old (new) tensor went elsewhere and
+    # nothing took its place (came from elsewhere)
+    removed = [
+        n for n in old.weights if n not in sources and (n not in new.weights or n in renamed)
+    ]
 
     changes: list[WeightChange] = []
     for name in removed:
-        if name in renamed.values():
-            continue
         w = old.weights[name]
         changes.append(
             WeightChange(
@@ -189,7 +196,8 @@ def compare_weights(
             )
         )
     for name in new.weights:
-        before = renamed.get(name, name if name in old.weights else None)
+        kept = name in old.weights and name not in sources
+        before = renamed.get(name, name if kept else None)
         if before is None:
             w = new.weights[name]
             changes.append(
@@ -211,6 +219,10 @@ def compare_weights(
 
 
 def _renames(old: _Side, new: _Side, removed: list[str], added: list[str]) -> dict[str, str]:
+    """New name -> old name of each tensor found under another name on the other side: among
+    the removed and added names, and the names both sides have with other values (a shift)."""
+    both = [n for n in new.weights if n in old.weights and old.digest(n) != new.digest(n)]
+    removed, added = [*removed, *both], [*added, *both]
     by_digest: dict[str, list[str]] = {}
     for name in removed:
         digest = old.digest(name)

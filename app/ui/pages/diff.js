@@ -3,6 +3,7 @@
 
 import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
 import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
+import { verdictBox } from "../severity.js";
 import { graphViewer } from "./graph.js";
 
 function starts(graph) {
@@ -77,7 +78,7 @@ export function renderDiff(main, diff, oldGraph, newGraph, labels) {
   const s = diff.summary;
   const c = s.counts;
   main.append(
-    h("div", { class: `verdict verdict-${s.verdict}`, id: "verdict" }, h("strong", null, s.verdict), " ", s.text.startsWith(`${s.verdict}:`) ? s.text.slice(s.verdict.length + 1) : s.text),
+    verdictBox(diff),
     h("p", null, `nodes: ${diff.graph.old_nodes} → ${diff.graph.new_nodes} (${c.nodes_added} added, ${c.nodes_removed} removed, ${c.nodes_changed} changed, ${c.nodes_unchanged} unchanged)`),
   );
   if (diff.interface.length) {

@@ -2,6 +2,7 @@
 
 import { enc, getJSON, getText, versionPath } from "../api.js";
 import { clear, h, link, nodesText, plural, versionLabel, whole } from "../dom.js";
+import { nodeInfo } from "../nodeinfo.js";
 import { Outline } from "../outline.js";
 
 // The view's state in the page's URL (`open` for each open module's path, `node`, `q`), so that
@@ -40,10 +41,11 @@ function urlState(outline, box, run, showDetails) {
   return { write, read };
 }
 
-export function graphViewer(graph, { marks = null, name = "graph", search = true, url = false, onSelect = null } = {}) {
+// `more(id)`: what a page adds below a selected node's details (a stored version's full node).
+export function graphViewer(graph, { marks = null, name = "graph", search = true, url = false, onSelect = null, more = null } = {}) {
   const details = h("aside", { class: "panel", "aria-live": "polite" });
   const showDetails = (id) =>
-    clear(details).append(id >= 0 ? outline.details(id) : h("p", { class: "muted" }, "Click a node for its inputs and users."));
+    clear(details).append(id >= 0 ? outline.details(id) : h("p", { class: "muted" }, "Click a node for its inputs and users."), id >= 0 && more ? more(id) : null);
   let state = null;
   const outline = new Outline(graph, {
     marks,
@@ -121,7 +123,9 @@ export async function graphPage(main, [name, ref]) {
   ]);
   crumb.textContent = versionLabel(ref, info.version);
   title.textContent = `${name} ${versionLabel(ref, info.version)}: graph`;
-  const { el, outline, restore } = graphViewer(graph, { name: `${name} ${versionLabel(ref)}`, url: true });
+  const base = versionPath(name, String(info.version));
+  const more = (id) => nodeInfo(base, graph.nodes.graph[id], graph.nodes.position[id]);
+  const { el, outline, restore } = graphViewer(graph, { name: `${name} ${versionLabel(ref)}`, url: true, more });
   main.append(h("p", { class: "muted", id: "facts" }, graphFacts(graph, info.summary.nodes)), el);
   restore();
   outline.render();

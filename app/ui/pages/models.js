@@ -1,7 +1,8 @@
 // The models list, and one model's versions.
 
-import { allModels, allVersions, enc, getJSON, versionPath } from "../api.js";
+import { accessLevel, allModels, allVersions, enc, getJSON, versionPath } from "../api.js";
 import { count, date, h, link, nodesText, section, table, whole } from "../dom.js";
+import { descriptionEditor } from "../edit.js";
 
 function tagList(tags) {
   return Object.entries(tags || {}).map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
@@ -58,11 +59,11 @@ export async function modelsPage(main) {
 
 export async function modelPage(main, [name]) {
   document.title = `${name} · pt2serde`;
-  const model = await getJSON(`/v1/models/${enc(name)}`);
-  const versions = await allVersions(name);
+  const [model, versions, level] = await Promise.all([getJSON(`/v1/models/${enc(name)}`), allVersions(name), accessLevel(name)]);
   main.append(
     h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", name),
     h("h1", null, name),
+    descriptionEditor(name, model, level),
     h("p", null, `${model.version_count} live versions; latest v${model.latest_version ?? "-"}`),
   );
   const rows = versions.map((v) =>

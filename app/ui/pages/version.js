@@ -1,7 +1,10 @@
 // One version: summary, interface, weights, operators, validation findings, downloads.
 
-import { enc, getJSON, versionPath } from "../api.js";
+import { accessLevel, enc, getJSON, versionPath } from "../api.js";
 import { append, bytes, count, date, digest, h, link, nodesText, section, shape, shortOp, table } from "../dom.js";
+import { labelsEditor } from "../edit.js";
+import { Grid } from "../grid.js";
+import { tabs } from "./views.js";
 
 export function findingsTable(findings) {
   if (!findings.length) return h("p", { class: "ok" }, "No findings.");
@@ -26,30 +29,34 @@ export function interfaceTables(summary, ranges) {
   ];
 }
 
-// `digests` (a stored version's tensor digests, by name) adds their column; an upload has none.
+// A program's weights a page of rows at a time (a model may hold 2,000 tensors); `digests` (a
+// stored version's tensor digests, by name) adds their column, an upload has none. A version's
+// Weights tab adds value statistics.
 export function weightsTable(weights, digests = null) {
+  const quant = quantization(weights);
+  const columns = [
+    { key: "name", label: "name" },
+    { key: "kind", label: "kind", cell: (w) => w.kind + (w.persistent ? "" : " (non-persistent)") },
+    { key: "dtype", label: "dtype", cell: (w) => w.dtype || "?" },
+    { key: "shape", label: "shape", value: (w) => (w.shape ? w.shape.reduce((a, b) => a * b, 1) : null), cell: (w) => (w.shape ? `[${w.shape.join(", ")}]` : "?") },
+    { key: "nbytes", label: "bytes", numeric: true, cell: (w) => (w.nbytes === null ? "?" : bytes(w.nbytes)) },
+    ...(digests ? [{ key: "digest", label: "digest", value: (w) => digests.get(w.name), cell: (w) => (digests.has(w.name) ? digest(digests.get(w.name)) : "") }] : []),
+    { key: "quantization", label: "quantization", value: (w) => quant.get(w.name), cell: (w) => quant.get(w.name) || "" },
+  ];
+  return [
+    h("p", null, `${weights.total.count} tensors, ${count(weights.total.numel)} elements, ${bytes(weights.total.nbytes)}`),
+    new Grid(columns, weights.tensors, { label: "weights", id: "weights" }).el,
+  ];
+}
+
+function quantization(weights) {
   const quant = new Map();
   for (const q of weights.quantized) {
     const w = q.input.weight;
     if (w) quant.set(w, `${q.op} ${q.scheme}${q.dtype ? ` ${q.dtype}` : ""}`);
     for (const ref of Object.values(q.tensors)) if (ref.weight) quant.set(ref.weight, `${q.scheme} ${q.op} parameter`);
   }
-  return [
-    h("p", null, `${weights.total.count} tensors, ${count(weights.total.numel)} elements, ${bytes(weights.total.nbytes)}`),
-    table(
-      ["name", "kind", "dtype", "shape", "bytes", ...(digests ? ["digest"] : []), "quantization"],
-      weights.tensors.map((w) => [
-        w.name,
-        w.kind + (w.persistent ? "" : " (non-persistent)"),
-        w.dtype || "?",
-        w.shape ? `[${w.shape.join(", ")}]` : "?",
-        w.nbytes === null ? "?" : bytes(w.nbytes),
-        ...(digests ? [digests.has(w.name) ? digest(digests.get(w.name)) : ""] : []),
-        quant.get(w.name) || "",
-      ]),
-      { id: "weights" },
-    ),
-  ];
+  return quant;
 }
 
 export function operatorsTable(ops) {
@@ -63,7 +70,7 @@ export function operatorsTable(ops) {
 export async function versionPage(main, [name, ref]) {
   document.title = `${name} ${ref} · pt2serde`;
   const base = versionPath(name, ref);
-  const info = await getJSON(base);
+  const [info, level] = await Promise.all([getJSON(base), accessLevel(name)]);
   const live = !info.deleted_at;
   const [ranges, modules, weights, tensors, operators, report] = live
     ? await Promise.all([
@@ -81,11 +88,11 @@ export async function versionPage(main, [name, ref]) {
   append(main, [
     h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / ", `v${v}`),
     h("h1", null, `${name} v${v}`),
+    live ? tabs(name, v, "") : null,
+    labelsEditor(name, info, level),
     h(
       "p",
       null,
-      info.aliases.map((a) => h("span", { class: "alias" }, a)),
-      Object.entries(info.tags).map(([k, t]) => h("span", { class: "tag" }, `${k}=${t}`)),
       unverified ? h("span", { class: "tag unverified", id: "unverified", title: "checked short of torch: the torch workers do not import these operator namespaces" }, `unverified: ${unverified.join(", ")}`) : null,
       ` created ${date(info.created_at)}`,
     ),
@@ -129,7 +136,7 @@ export async function versionPage(main, [name, ref]) {
   if (!live) return;
   main.append(
     section("Validation", h("p", null, `Level ${report.level}: ${report.valid ? "valid" : "invalid"}; pushed at level ${unverified ? "semantic (unverified)" : "torch"}.`), findingsTable(report.findings)),
-    section("Weights", weightsTable(weights, new Map(tensors.map((t) => [t.name, t.digest])))),
+    section("Weights", weightsTable(weights, new Map(tensors.map((t) => [t.name, t.digest]))), h("p", null, link(`${ui}/versions/${v}/weights`, "Value statistics of every tensor →"))),
     section("Operators", operatorsTable(operators)),
   );
 }
