@@ -132,7 +132,7 @@ export function digest(text) {
   if (!text) return h("span", { class: "muted" }, "-");
   const hex = text.includes(":") ? text.slice(text.indexOf(":") + 1) : text;
   const shown = hex.length > 16 ? `${text.slice(0, text.length - hex.length)}${hex.slice(0, 12)}…` : text;
-  return h("span", { class: "digest" }, h("code", { title: text, dataset: { full: text } }, shown), copyButton(text, "digest"));
+  return h("span", { class: "digest-box" }, h("code", { class: "digest", title: text }, shown), copyButton(text, "digest"));
 }
 
 export function copyButton(text, what = "text") {

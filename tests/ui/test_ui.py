@@ -418,7 +418,7 @@ def test_try_a_file(page: Page) -> None:
     canonical = httpx.post(
         f"{page.url}/v1/canonicalize", content=data, headers={"Content-Type": "application/zip"}
     )
-    shown = p.locator("#digests .digest code").evaluate_all("codes => codes.map(c => c.title)")
+    shown = p.locator("#digests code.digest").evaluate_all("codes => codes.map(c => c.title)")
     assert canonical.headers["x-program-digest"] in shown
     assert p.locator(".outline .row.module[data-path='extra']").count() == 1
     assert httpx.get(f"{page.url}/v1/models").json()["models"][-1]["version_count"] == 2
@@ -460,9 +460,15 @@ def _repeated(graph: dict[str, Any], nodes_wanted: int) -> dict[str, Any]:
 
 def _route_graph(p: Any, server: Server, name: str, answer: Path, nodes: int) -> None:
     """Answer model `name`'s version 1 with the graph in file `answer` of `nodes` nodes (and
-    bert's version with that count), as the live server would for a stored version."""
+    bert's version with that count), as the live server would for a stored version; any node's
+    details are bert's first node's."""
     info = httpx.get(f"{server.url}/v1/models/bert/versions/1").json()
     info["summary"]["nodes"] = nodes
+    node = httpx.get(f"{server.url}/v1/models/bert/versions/1/nodes/0/0", timeout=60).json()
+    p.route(
+        f"**/v1/models/{name}/versions/1/nodes/**",
+        lambda route: route.fulfill(status=200, content_type="application/json", json=node),
+    )
     p.route(
         f"**/v1/models/{name}/versions/1/graph",
         lambda route: route.fulfill(status=200, content_type="application/json", path=str(answer)),

@@ -396,12 +396,12 @@ def test_digests_short_with_copy(writer: RolePage, server: Any) -> None:
     """The summary's digests show 12 hex digits; the button copies the whole one."""
     p = writer.open("/ui/models/small/versions/1")
     program = _api(server, "/v1/models/small/versions/1")["digests"]["program"]
-    code = p.locator("#summary .digest code").first
+    code = p.locator("#summary code.digest").first
     assert code.get_attribute("title") == program
     assert len(code.inner_text()) < 20
-    p.locator("#summary .digest button.copy").first.click()
+    p.locator("#summary .digest-box button.copy").first.click()
     assert p.evaluate("navigator.clipboard.readText()") == program
-    assert p.locator("#summary .digest button.copy").first.inner_text() == "copied"
+    assert p.locator("#summary .digest-box button.copy").first.inner_text() == "copied"
 
 
 @pytest.mark.parametrize(
