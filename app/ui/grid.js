@@ -11,10 +11,11 @@ import { h, clear } from "./dom.js";
 const PAGE = 100;
 
 // `columns`: [{ key, label, value(row) for sorting, cell(row) for drawing (text or a node),
-// numeric }]; `rows`: any objects.
+// numeric }]; `rows`: any objects; `rowClass(row)`: a class for a row's <tr>.
 export class Grid {
-  constructor(columns, rows, { label, id = null, page = PAGE, sort = null } = {}) {
+  constructor(columns, rows, { label, id = null, page = PAGE, sort = null, rowClass = null } = {}) {
     this.columns = columns;
+    this.rowClass = rowClass;
     this.all = rows;
     this.rows = rows;
     this.page = page;
@@ -107,7 +108,7 @@ export class Grid {
       ...shown.map((row, k) =>
         h(
           "tr",
-          { role: "row", "aria-rowindex": String(start + k + 2), dataset: { row: String(start + k) } },
+          { role: "row", class: this.rowClass ? this.rowClass(row) : null, "aria-rowindex": String(start + k + 2), dataset: { row: String(start + k) } },
           this.columns.map((c, i) =>
             h("td", { role: "gridcell", class: c.numeric ? "numeric" : null, tabindex: "-1", dataset: { col: String(i), row: String(start + k) } }, c.cell ? c.cell(row) : String(row[c.key] ?? "")),
           ),

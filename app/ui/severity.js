@@ -47,6 +47,8 @@ export function reasons(diff) {
   const removed = named("removed");
   if (added.length) out.push(`${plural(added.length, "module")} added (${list(added)})`);
   if (removed.length) out.push(`${plural(removed.length, "module")} removed (${list(removed)})`);
+  const moved = modules.filter((m) => m.change === "moved");
+  if (moved.length) out.push(`${plural(moved.length, "module")} moved (${moved.slice(0, 3).map((m) => `${m.old_path} → ${m.path}`).join(", ")}${moved.length > 3 ? ", …" : ""})`);
   const retyped = modules.filter((m) => m.change === "type").length;
   if (retyped) out.push(`${plural(retyped, "module")} of another class`);
   const nodes = [

@@ -27,7 +27,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 ADMIN = "admin-" + "views-" * 6
 ZIP = {"Content-Type": "application/zip"}
-MODELS = ("small", "many", "wide")
+MODELS = ("small", "many", "wide", "blocks")
 
 
 class Many(nn.Module):
@@ -45,6 +45,29 @@ class Many(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return x + self.odd.nan_to_num(posinf=0.0).sum()
+
+
+class Blocks(nn.Module):
+    """Six linear+relu blocks; `insert_at` puts one more (other weights) at that index."""
+
+    def __init__(self, insert_at: int | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        made = [nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(6)]
+        if insert_at is not None:
+            torch.manual_seed(5)
+            made.insert(insert_at, nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+        self.layers = nn.ModuleList(made)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The blocks in turn."""
+        for block in self.layers:
+            x = block(x)
+        return x
+
+
+def _blocks(insert_at: int | None) -> bytes:
+    return archive_bytes(torch.export.export(Blocks(insert_at), (torch.randn(2, 4),)))
 
 
 def _retrained() -> bytes:
@@ -79,6 +102,8 @@ def server() -> Iterator[tuple[Server, dict[str, str]]]:
                 ("many", archive_bytes(torch.export.export(Many(), (torch.randn(2, 4),)))),
                 ("wide", _small(extra=False)),
                 ("wide", _small(extra=False, outputs=5)),
+                ("blocks", _blocks(None)),
+                ("blocks", _blocks(3)),
             ]
             for name, data in pushes:
                 answer = admin.post(f"/v1/models/{name}/versions", content=data, headers=ZIP)
@@ -387,6 +412,19 @@ def test_diff_severity(writer: RolePage, path: str, level: str, words: str) -> N
     assert "same-graph-new-weights" not in text
     if level == "structural":
         assert "1 module added (extra)" in text
+
+
+def test_diff_of_an_inserted_block(writer: RolePage) -> None:
+    """A block inserted at index 3 is reported as the new module layers.3 with its own two
+    nodes, the blocks after it as moved, and the node changes list exactly those two."""
+    p = writer.open("/ui/models/blocks/diff?from=1&to=2")
+    text = p.locator("#verdict").inner_text()
+    assert text.startswith("Structural change")
+    assert "1 module added (layers.3)" in text
+    assert "3 modules moved (layers.3 → layers.4, layers.4 → layers.5, layers.5 → layers.6)" in text
+    rows = _rows(p, "#node-changes")
+    assert [(r[0], r[2]) for r in rows] == [("added", "linear_3"), ("added", "relu_3")]
+    assert "moved from layers.3" in p.locator("#module-changes").inner_text()
 
 
 # ---------------------------------------------------------------- digests, narrow screens

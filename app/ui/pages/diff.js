@@ -3,6 +3,7 @@
 
 import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
 import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
+import { Grid } from "../grid.js";
 import { verdictBox } from "../severity.js";
 import { graphViewer } from "./graph.js";
 
@@ -46,33 +47,57 @@ function collectMarks(diff, oldGraph, newGraph, oldId, newId, marks) {
   }
 }
 
-function weightRows(diff) {
-  const all = [...diff.parameters, ...diff.buffers, ...diff.constants];
-  return all.map((w) => [
-    w.name,
-    w.kind,
-    w.changes.join(", "),
-    w.old_dtype || w.old_shape ? `${w.old_dtype || ""}${w.old_shape ? `[${w.old_shape.join(", ")}]` : ""}` : "-",
-    w.new_dtype || w.new_shape ? `${w.new_dtype || ""}${w.new_shape ? `[${w.new_shape.join(", ")}]` : ""}` : "-",
-    w.stats ? h("span", null, `${w.stats.differing} of ${w.stats.numel} differ, max |Δ| `, num(w.stats.max_abs_diff)) : w.note || "",
-  ]);
+const metaText = (dtype, shape) => (dtype || shape ? `${dtype || ""}${shape ? `[${shape.join(", ")}]` : ""}` : "-");
+
+// The weight changes, a page at a time (a fine-tune changes every tensor of a large model).
+function weightGrid(diff) {
+  const rows = [...diff.parameters, ...diff.buffers, ...diff.constants];
+  const columns = [
+    { key: "name", label: "name" },
+    { key: "kind", label: "kind" },
+    { key: "changes", label: "changes", value: (w) => w.changes.join(", "), cell: (w) => w.changes.join(", ") + (w.renamed_from ? ` (from ${w.renamed_from})` : "") },
+    { key: "old", label: "old", value: (w) => metaText(w.old_dtype, w.old_shape), cell: (w) => metaText(w.old_dtype, w.old_shape) },
+    { key: "new", label: "new", value: (w) => metaText(w.new_dtype, w.new_shape), cell: (w) => metaText(w.new_dtype, w.new_shape) },
+    {
+      key: "values",
+      label: "values",
+      numeric: true,
+      value: (w) => (w.stats ? w.stats.max_abs_diff : null),
+      cell: (w) => (w.stats ? h("span", null, `${w.stats.differing} of ${w.stats.numel} differ, max |Δ| `, num(w.stats.max_abs_diff)) : w.note || ""),
+    },
+  ];
+  return rows.length ? new Grid(columns, rows, { label: "weight changes", id: "weight-changes" }).el : null;
 }
 
-function nodeRows(graphDiff) {
-  const rows = [];
-  for (const r of graphDiff.added) rows.push(h("tr", { class: "mark-added" }, h("td", null, "added"), h("td", null, shortOp(r.target)), h("td", null, r.outputs.join(", ")), h("td", null, "")));
-  for (const r of graphDiff.removed) rows.push(h("tr", { class: "mark-removed" }, h("td", null, "removed"), h("td", null, shortOp(r.target)), h("td", null, r.outputs.join(", ")), h("td", null, "")));
-  for (const c of graphDiff.changed) {
-    const what = [
-      c.target_changed ? `operator ${shortOp(c.old.target)} → ${shortOp(c.new.target)}` : "",
-      ...c.arguments.map((a) => `${a.name}: ${a.old ?? "-"} → ${a.new ?? "-"}`),
-      ...c.outputs.map((o) => `output ${o.position}: ${o.old ?? "-"} → ${o.new ?? "-"}`),
-      c.subgraphs.length ? `subgraphs ${c.subgraphs.map((s) => s.name).join(", ")}` : "",
-    ].filter(Boolean);
-    rows.push(h("tr", { class: "mark-changed" }, h("td", null, "changed"), h("td", null, shortOp(c.new.target)), h("td", null, c.new.outputs.join(", ")), h("td", null, what.join("; "))));
-  }
-  return rows;
+// Every added, removed and changed node, a page at a time.
+function nodeGrid(graphDiff) {
+  const rows = [
+    ...graphDiff.added.map((r) => ({ change: "added", target: r.target, outputs: r.outputs, what: "" })),
+    ...graphDiff.removed.map((r) => ({ change: "removed", target: r.target, outputs: r.outputs, what: "" })),
+    ...graphDiff.changed.map((c) => ({
+      change: "changed",
+      target: c.new.target,
+      outputs: c.new.outputs,
+      what: [
+        c.target_changed ? `operator ${shortOp(c.old.target)} → ${shortOp(c.new.target)}` : "",
+        ...c.arguments.map((a) => `${a.name}: ${a.old ?? "-"} → ${a.new ?? "-"}`),
+        ...c.outputs.map((o) => `output ${o.position}: ${o.old ?? "-"} → ${o.new ?? "-"}`),
+        c.subgraphs.length ? `subgraphs ${c.subgraphs.map((s) => s.name).join(", ")}` : "",
+      ]
+        .filter(Boolean)
+        .join("; "),
+    })),
+  ];
+  const columns = [
+    { key: "change", label: "" },
+    { key: "target", label: "operator", cell: (r) => shortOp(r.target) },
+    { key: "outputs", label: "values", value: (r) => r.outputs.join(", "), cell: (r) => r.outputs.join(", ") },
+    { key: "what", label: "what" },
+  ];
+  return rows.length ? new Grid(columns, rows, { label: "node changes", id: "node-changes", rowClass: (r) => `mark-${r.change}` }).el : null;
 }
+
+const MODULE_WORDS = { added: "added", removed: "removed", type: "of another class", moved: "moved" };
 
 export function renderDiff(main, diff, oldGraph, newGraph, labels) {
   const s = diff.summary;
@@ -93,24 +118,29 @@ export function renderDiff(main, diff, oldGraph, newGraph, labels) {
       ),
     );
   }
-  const weights = weightRows(diff);
   main.append(
     section(
       "Weight changes",
-      weights.length
-        ? table(["name", "kind", "changes", "old", "new", "values"], weights, { id: "weight-changes" })
-        : h("p", { class: "muted" }, s.weights_compared ? "No weight changed." : "No weight changed in name, dtype or shape (values not compared)."),
+      weightGrid(diff) || h("p", { class: "muted" }, s.weights_compared ? "No weight changed." : "No weight changed in name, dtype or shape (values not compared)."),
     ),
   );
   const more = [];
-  if (diff.modules.length) more.push(h("h3", null, "Modules"), table(["path", "change", "old", "new"], diff.modules.map((m) => [m.path || "<root>", m.change, m.old_type || "-", m.new_type || "-"])));
+  if (diff.modules.length)
+    more.push(
+      h("h3", null, "Modules"),
+      table(
+        ["path", "change", "old", "new"],
+        diff.modules.map((m) => [m.path || "<root>", m.old_path ? `moved from ${m.old_path}` : MODULE_WORDS[m.change] || m.change, m.old_type || "-", m.new_type || "-"]),
+        { id: "module-changes" },
+      ),
+    );
   if (diff.range_constraints.length) more.push(h("h3", null, "Dynamic ranges"), table(["symbol", "change", "old", "new"], diff.range_constraints.map((r) => [r.symbol, r.change, r.old ?? "-", r.new ?? "-"])));
   if (diff.fields.length) more.push(h("h3", null, "Program fields"), table(["field", "old", "new"], diff.fields.map((f) => [f.field, f.old, f.new])));
   if (diff.opsets.length) more.push(h("h3", null, "Operator sets"), table(["namespace", "old", "new"], diff.opsets.map((o) => [o.namespace, o.old ?? "-", o.new ?? "-"])));
   if (diff.notes.length) more.push(h("h3", null, "Notes"), h("ul", null, diff.notes.map((n) => h("li", null, n))));
   if (more.length) main.append(section("Other changes", ...more));
-  const nodes = nodeRows(diff.graph);
-  if (nodes.length) main.append(section("Node changes", table(["", "operator", "values", "what"], nodes, { id: "node-changes" })));
+  const nodes = nodeGrid(diff.graph);
+  if (nodes) main.append(section("Node changes", nodes));
 
   const marks = {
     old: new Map(),
