@@ -360,6 +360,10 @@ def test_writer_describes_model(writer: RolePage, server: Any) -> None:
     p.click("#save-description")
     p.wait_for_selector("#description-text:has-text('Two linear layers')")
     assert _api(server, "/v1/models/small")["description"].startswith("Two linear layers")
+    p = writer.open("/ui/")
+    assert p.locator("#models tr[data-model='small'] .described").inner_text().startswith("Two")
+    p.fill("#filter", "for the ui")
+    assert p.locator("#models tbody tr:not([hidden])").count() == 1
 
 
 def test_reader_sees_no_controls(reader: RolePage) -> None:

@@ -32,7 +32,7 @@ export async function modelsPage(main) {
     const tr = h(
       "tr",
       { dataset: { model: m.name } },
-      h("td", null, link(`/ui/models/${enc(m.name)}`, m.name)),
+      h("td", null, link(`/ui/models/${enc(m.name)}`, m.name), m.description ? h("div", { class: "muted described" }, m.description) : null),
       h("td", null, m.latest_version ? link(`/ui/models/${enc(m.name)}/versions/${m.latest_version}`, `v${m.latest_version}`) : "none"),
       h("td", null, String(m.version_count)),
       h("td", null, aliasList(aliases)),
@@ -40,7 +40,7 @@ export async function modelsPage(main) {
       h("td", null, info ? nodesText(info.summary.nodes) : ""),
       h("td", null, date(m.created_at)),
     );
-    tr.dataset.search = [m.name, ...aliases, ...Object.entries(info ? info.tags : {}).map(([k, v]) => `${k}=${v}`)]
+    tr.dataset.search = [m.name, m.description || "", ...aliases, ...Object.entries(info ? info.tags : {}).map(([k, v]) => `${k}=${v}`)]
       .join(" ")
       .toLowerCase();
     return tr;

@@ -8,11 +8,13 @@ import { tabs } from "./views.js";
 
 export function findingsTable(findings) {
   if (!findings.length) return h("p", { class: "ok" }, "No findings.");
-  return table(
-    ["severity", "code", "path", "message"],
-    findings.map((f) => h("tr", { class: `sev-${f.severity}` }, h("td", null, f.severity), h("td", null, f.code), h("td", null, h("code", null, f.path || "/")), h("td", null, f.message))),
-    { class: "findings" },
-  );
+  const columns = [
+    { key: "severity", label: "severity" },
+    { key: "code", label: "code" },
+    { key: "path", label: "path", cell: (f) => h("code", null, f.path || "/") },
+    { key: "message", label: "message" },
+  ];
+  return new Grid(columns, findings, { label: "findings", id: "findings", rowClass: (f) => `sev-${f.severity}` }).el;
 }
 
 export function interfaceTables(summary, ranges) {
@@ -63,7 +65,14 @@ export function operatorsTable(ops) {
   const entries = Object.entries(ops.total.by_target).sort((a, b) => b[1] - a[1]);
   return [
     h("p", null, `${nodesText(ops.graph.nodes, ops.total.nodes)}, ${entries.length} operators` + (ops.custom_namespaces.length ? `; custom namespaces: ${ops.custom_namespaces.join(", ")}` : "")),
-    table(["operator", "nodes"], entries.map(([t, n]) => [h("code", null, shortOp(t)), String(n)]), { id: "operators" }),
+    new Grid(
+      [
+        { key: "target", label: "operator", cell: (row) => h("code", null, shortOp(row.target)) },
+        { key: "nodes", label: "nodes", numeric: true },
+      ],
+      entries.map(([target, nodes]) => ({ target, nodes })),
+      { label: "operators", id: "operators" },
+    ).el,
   ];
 }
 
