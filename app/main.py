@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(org.router)
     app.include_router(ui.router)
+    ui.check_bundle()
     # matched before every other route: it declines what it does not answer as FastAPI's would
     app.router.routes.insert(0, DirectValidate(settings, documents.inline_bytes))
     docs.install(app)

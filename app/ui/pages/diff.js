@@ -5,6 +5,7 @@ import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
 import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
 import { Grid } from "../grid.js";
 import { verdictBox } from "../severity.js";
+import { drawnDiff } from "./changes.js";
 import { graphViewer } from "./graph.js";
 
 function starts(graph) {
@@ -158,15 +159,18 @@ export function renderDiff(main, diff, oldGraph, newGraph, labels) {
   };
   const left = graphViewer(oldGraph, { marks: marks.old, name: labels[0], search: false, onSelect: follow(marks.oldToNew, () => right) });
   const right = graphViewer(newGraph, { marks: marks.new, name: labels[1], search: false, onSelect: follow(marks.newToOld, () => left) });
+  const drawn = drawnDiff(left, right, marks, oldGraph, newGraph);
   main.append(
     section(
       "Graphs",
       h("p", { class: "legend" }, h("span", { class: "mark-added" }, "added"), h("span", { class: "mark-removed" }, "removed"), h("span", { class: "mark-changed" }, "changed"), " modules open where something changed"),
+      drawn.nav,
       h("div", { class: "sides" }, h("div", { id: "old-graph" }, h("h3", null, labels[0]), left.el), h("div", { id: "new-graph" }, h("h3", null, labels[1]), right.el)),
     ),
   );
   left.outline.revealMarks();
   right.outline.revealMarks();
+  drawn.start();
 }
 
 export async function diffPage(main, [name], query) {

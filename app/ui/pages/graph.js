@@ -2,6 +2,7 @@
 
 import { enc, getJSON, getText, versionPath } from "../api.js";
 import { clear, h, link, nodesText, plural, versionLabel, whole } from "../dom.js";
+import { Drawing } from "../drawing.js";
 import { nodeInfo } from "../nodeinfo.js";
 import { Outline } from "../outline.js";
 
@@ -47,16 +48,24 @@ export function graphViewer(graph, { marks = null, name = "graph", search = true
   const showDetails = (id) =>
     clear(details).append(id >= 0 ? outline.details(id) : h("p", { class: "muted" }, "Click a node for its inputs and users."), id >= 0 && more ? more(id) : null);
   let state = null;
+  let drawing = null;
   const outline = new Outline(graph, {
     marks,
     name,
     onSelect: (id) => {
       showDetails(id);
+      drawing.select(id);
       if (state) state.write(true);
       if (onSelect) onSelect(id);
     },
-    onExpand: () => state && state.write(false),
+    onExpand: () => {
+      drawing.expanded();
+      if (state) state.write(false);
+    },
   });
+  // The drawn graph beside the outline, following its open modules and selection; it starts
+  // laying out once the page has placed it (`drawing.start()`).
+  drawing = new Drawing(outline, { name });
   showDetails(-1);
   const results = h("ol", { class: "results" });
   const status = h("span", { class: "muted status" });
@@ -91,10 +100,11 @@ export function graphViewer(graph, { marks = null, name = "graph", search = true
   if (url) state = urlState(outline, box, run, showDetails);
   const collapse = h("button", { type: "button", onclick: () => outline.collapseAll() }, "Collapse all");
   const tools = search ? h("div", { class: "tools" }, box, " ", status, " ", collapse) : null;
-  const el = h("div", { class: "viewer" }, tools, h("div", { class: "split" }, outline.el, h("div", { class: "side" }, details, search ? results : null)));
+  const panes = h("div", { class: "panes" }, outline.el, drawing.el);
+  const el = h("div", { class: "viewer" }, tools, h("div", { class: "split" }, panes, h("div", { class: "side" }, details, search ? results : null)));
   // Drawn from the URL once the viewer is in the page (its size decides what is in view).
   const restore = () => state && state.read();
-  return { el, outline, restore };
+  return { el, outline, restore, drawing };
 }
 
 // `nodes` is the program graph's node count from the API (a version's `summary.nodes`, an
@@ -125,11 +135,14 @@ export async function graphPage(main, [name, ref]) {
   title.textContent = `${name} ${versionLabel(ref, info.version)}: graph`;
   const base = versionPath(name, String(info.version));
   const more = (id) => nodeInfo(base, graph.nodes.graph[id], graph.nodes.position[id]);
-  const { el, outline, restore } = graphViewer(graph, { name: `${name} ${versionLabel(ref)}`, url: true, more });
+  const { el, outline, restore, drawing } = graphViewer(graph, { name: `${name} ${versionLabel(ref)}`, url: true, more });
   main.append(h("p", { class: "muted", id: "facts" }, graphFacts(graph, info.summary.nodes)), el);
   restore();
   outline.render();
-  // The first view is drawn once the rows are laid out in the page.
+  drawing.start();
+  // The first view is drawn once the rows are laid out in the page; the drawn graph follows
+  // when its layout is back from the worker (its element's data-state turns "ready").
   await new Promise((resolve) => requestAnimationFrame(() => resolve()));
   performance.mark("graph-first-view");
+  drawing.ready.then(() => performance.mark("graph-drawn"));
 }
