@@ -6,7 +6,15 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint openapi bench install fuzz opset releases releases-rules screenshots
+.PHONY: run test check lint openapi bench install fuzz opset releases releases-rules screenshots ui
+
+# The web UI's one built file: the drawn graph's layout worker (elkjs bundled by esbuild, both
+# from the npm registry at the versions app/ui/package-lock.json pins). Not in git: built here.
+UI_BUNDLE := app/ui/build/layout-worker.js
+$(UI_BUNDLE): app/ui/package.json app/ui/package-lock.json app/ui/worker/layout.js
+	cd app/ui && npm ci --no-audit --no-fund && npm run build
+
+ui: $(UI_BUNDLE)
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,7 +31,7 @@ $(STAMP): pyproject.toml $(RUN_STAMP)
 
 install: $(STAMP)
 
-run: $(RUN_STAMP)
+run: $(RUN_STAMP) $(UI_BUNDLE)
 	$(BIN)/pt2serde serve
 
 lint: $(STAMP)
@@ -33,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The 40 slowest tests are listed at the end, so that CI's output shows where the suite's time goes.
-test: lint
+test: lint $(UI_BUNDLE)
 	$(BIN)/pytest -q --durations=40
 
 # The fast lane: lint and the tests that need no process besides pytest's own (no server, worker
@@ -44,8 +52,8 @@ check: lint
 	$(BIN)/pytest -q -m "$(FAST_LANE)"
 
 # docs/ui.md's screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
-screenshots: $(STAMP)
-	PT2SERDE_SCREENSHOTS=tests/ui/screenshots $(BIN)/pytest -q tests/ui/test_ui.py
+screenshots: $(STAMP) $(UI_BUNDLE)
+	PT2SERDE_SCREENSHOTS=tests/ui/screenshots $(BIN)/pytest -q tests/ui/test_ui.py tests/ui/test_drawn_graph.py
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json

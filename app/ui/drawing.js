@@ -23,6 +23,31 @@ const TEXT_ITEMS = 2500;
 const MINI_W = 200;
 const MINI_H = 140;
 
+// Gives the browser its turn (input, painting) between slices of work on a large program, so that
+// no task runs long: the issue's bound is 200 ms, a slice here is about 30.
+export function nextTask() {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+function layoutWorker() {
+  const worker = new Worker(WORKER);
+  worker.failure = new Promise((resolve) =>
+    worker.addEventListener("error", (event) => {
+      event.preventDefault();
+      resolve();
+    }),
+  );
+  return worker;
+}
+
+let spare = null;
+
+// Loading the worker's script and starting ELK take most of a second: a page that will draw a
+// graph starts its worker while the graph is still being fetched.
+export function prestartLayout() {
+  if (!spare) spare = layoutWorker();
+}
+
 function el(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
@@ -81,17 +106,18 @@ export class Drawing {
   }
 
   // Starts the worker and the first layout, once the drawing is in the page.
-  start() {
-    this.worker = new Worker(WORKER);
+  async start() {
+    this.worker = spare || layoutWorker();
+    spare = null;
     this.worker.onmessage = (event) => this.answer(event.data);
-    this.worker.onerror = (event) => {
-      event.preventDefault();
+    this.worker.failure.then(() =>
       this.fail(
         `The layout worker (${WORKER}) did not load: the service runs without its built UI bundle. ` +
           "`make run` builds it (npm ci && npm run build in app/ui).",
-      );
-    };
-    this.index();
+      ),
+    );
+    await this.index();
+    this.indexed = true;
     this.layoutAll();
     // A pane that changes size (the window, a scrollbar coming or going) keeps its middle.
     let size = null;
@@ -112,18 +138,25 @@ export class Drawing {
     this.status.classList.add("error");
   }
 
-  // Each edge (a value from its producer to a user) under the lowest module holding both ends.
-  index() {
+  // Each edge (a value from its producer to a user) under the lowest module holding both ends,
+  // in slices of the nodes with the browser's turn between them.
+  async index() {
+    await nextTask();
     const g = this.g;
     const n = g.nodes;
     const modules = g.modules.length;
     this.depth = new Int32Array(modules);
     for (let m = 1; m < modules; m += 1) this.depth[m] = this.depth[g.modules[m].parent] + 1;
     this.edges = Array.from({ length: modules }, () => []);
+    let slice = performance.now();
     for (let i = 0; i < n.name.length; i += 1) {
       for (const value of n.inputs[i]) {
         const from = this.o.producer(i, value);
         if (from !== undefined) this.addEdge(from, i);
+      }
+      if ((i & 1023) === 0 && performance.now() - slice > 30) {
+        await nextTask();
+        slice = performance.now();
       }
     }
     // A higher-order operator's node runs its subgraphs: drawn as an edge into their modules.
@@ -176,7 +209,7 @@ export class Drawing {
       }
     }
     this.known = now.slice();
-    if (changed && this.worker) this.layoutAll();
+    if (changed && this.indexed) this.layoutAll();
   }
 
   async layoutAll() {
@@ -233,6 +266,8 @@ export class Drawing {
       }
       const edges = Int32Array.from(pairs);
       const done = await this.post({ sizes, edges });
+      // A frame is at least as wide as its title.
+      done.width = Math.max(done.width, this.frameTitle(m).length * CHAR + 24);
       // A layout asked for before a change it did not see is dropped, not kept.
       if (this.layouts.get(m) === pending) this.settled.set(m, done);
       return done;
@@ -253,6 +288,21 @@ export class Drawing {
     const name = info.path.slice(info.path.lastIndexOf(".") + 1) || "<root>";
     const kind = info.kind === "subgraph" ? "subgraph" : shortType(info.type);
     return [name, `${kind}${kind ? " · " : ""}${plural(info.total_nodes, "node")}`];
+  }
+
+  frameTitle(m) {
+    const [name, sub] = this.boxText(m);
+    return `▾ ${name} · ${sub}`;
+  }
+
+  // How a module's marks colour it: wholly added or removed, or holding some change.
+  markClass(m) {
+    const marked = this.o.marked[m];
+    const total = this.g.modules[m].total_nodes;
+    if (!marked) return "";
+    if (this.kinds.added[m] === total) return " mark-added";
+    if (this.kinds.removed[m] === total) return " mark-removed";
+    return " has-marks";
   }
 
   post(job) {
@@ -457,18 +507,15 @@ export class Drawing {
   frameEl(frame, text) {
     const m = -frame.item - 1;
     const info = this.g.modules[m];
-    const marked = this.o.marked[m];
     const group = el("g", {
-      class: `gframe depth-${frame.depth % 2}${info.kind === "subgraph" ? " subgraph" : ""}${marked ? " has-marks" : ""}`,
+      class: `gframe depth-${frame.depth % 2}${info.kind === "subgraph" ? " subgraph" : ""}${this.markClass(m)}`,
       "data-module": m,
       "data-path": info.path,
       transform: `translate(${frame.x} ${frame.y})`,
     });
     group.append(el("rect", { width: frame.w, height: frame.h, rx: 4 }));
-    if (text) {
-      const [name, sub] = this.boxText(m);
-      group.append(el("text", { class: "title", x: 10, y: 19 }, `▾ ${m === 0 ? name : info.path} · ${sub}`));
-    }
+    group.append(el("title", {}, info.path || "<root>"));
+    if (text) group.append(el("text", { class: "title", x: 10, y: 19 }, this.frameTitle(m)));
     return group;
   }
 
@@ -476,16 +523,13 @@ export class Drawing {
     const m = -box.item - 1;
     const info = this.g.modules[m];
     const marked = this.o.marked[m];
-    let mark = marked ? " has-marks" : "";
-    if (marked && this.kinds.added[m] === info.total_nodes) mark = " mark-added";
-    else if (marked && this.kinds.removed[m] === info.total_nodes) mark = " mark-removed";
     const group = el("g", {
-      class: `gmodule${info.kind === "subgraph" ? " subgraph" : ""}${mark}`,
+      class: `gmodule${info.kind === "subgraph" ? " subgraph" : ""}${this.markClass(m)}`,
       "data-module": m,
       "data-path": info.path,
       transform: `translate(${box.x} ${box.y})`,
     });
-    group.append(el("rect", { width: box.w, height: box.h, rx: 4 }));
+    group.append(el("rect", { width: box.w, height: box.h, rx: 4 }), el("title", {}, info.path || "<root>"));
     if (text) {
       const [name, sub] = this.boxText(m);
       group.append(el("text", { x: 10, y: 18 }, `▸ ${name}`), el("text", { class: "sub", x: 10, y: 35 }, marked ? `${sub} · ${plural(marked, "change")}` : sub));
@@ -511,10 +555,11 @@ export class Drawing {
 
   paintMini(scene) {
     const base = document.createElement("canvas");
-    base.width = MINI_W;
-    base.height = MINI_H;
-    const ctx = base.getContext("2d");
     const s = Math.min(MINI_W / scene.width, MINI_H / scene.height);
+    // As large as the drawing's shape needs, so that it hides no more of the drawing than that.
+    base.width = this.mini.width = Math.max(40, Math.ceil(scene.width * s));
+    base.height = this.mini.height = Math.max(30, Math.ceil(scene.height * s));
+    const ctx = base.getContext("2d");
     this.miniScale = s;
     const styles = getComputedStyle(this.el);
     const colour = (name, fallback) => styles.getPropertyValue(name).trim() || fallback;
@@ -538,7 +583,7 @@ export class Drawing {
   paintView() {
     if (!this.miniBase) return;
     const ctx = this.mini.getContext("2d");
-    ctx.clearRect(0, 0, MINI_W, MINI_H);
+    ctx.clearRect(0, 0, this.mini.width, this.mini.height);
     ctx.drawImage(this.miniBase, 0, 0);
     const v = this.viewport();
     const s = this.miniScale;
@@ -551,7 +596,7 @@ export class Drawing {
     if (!this.scene) return;
     event.preventDefault();
     const r = this.mini.getBoundingClientRect();
-    const s = this.miniScale;
+    const s = (this.miniScale * r.width) / this.mini.width;
     const wx = (event.clientX - r.left) / s;
     const wy = (event.clientY - r.top) / s;
     const { sw, sh } = this.viewport();

@@ -407,35 +407,34 @@ export class Outline {
     return found;
   }
 
-  // Producer and users of values, per graph, built on first use.
+  // Producer and users of values, one map per graph (value names are unique in a graph, not
+  // across a program's graphs), each built on first use: the drawn graph needs producers at
+  // once, the users only a node's details do.
   producer(id, value) {
-    this.edges();
-    return this.defs.get(`${this.g.nodes.graph[id]}\u0000${value}`);
+    if (!this.defs) {
+      const n = this.g.nodes;
+      this.defs = this.g.graphs.map(() => new Map());
+      for (let i = 0; i < n.name.length; i += 1) for (const value of n.outputs[i]) this.defs[n.graph[i]].set(value, i);
+    }
+    return this.defs[this.g.nodes.graph[id]].get(value);
   }
 
   users(id) {
-    this.edges();
-    const g = this.g.nodes.graph[id];
-    const out = new Set();
-    for (const value of this.g.nodes.outputs[id]) {
-      for (const user of this.uses.get(`${g}\u0000${value}`) || []) out.add(user);
-    }
-    return [...out];
-  }
-
-  edges() {
-    if (this.defs) return;
-    const n = this.g.nodes;
-    this.defs = new Map();
-    this.uses = new Map();
-    for (let i = 0; i < n.name.length; i += 1) {
-      for (const value of n.outputs[i]) this.defs.set(`${n.graph[i]}\u0000${value}`, i);
-      for (const value of n.inputs[i]) {
-        const key = `${n.graph[i]}\u0000${value}`;
-        if (!this.uses.has(key)) this.uses.set(key, []);
-        this.uses.get(key).push(i);
+    if (!this.uses) {
+      const n = this.g.nodes;
+      this.uses = this.g.graphs.map(() => new Map());
+      for (let i = 0; i < n.name.length; i += 1) {
+        const uses = this.uses[n.graph[i]];
+        for (const value of n.inputs[i]) {
+          if (!uses.has(value)) uses.set(value, []);
+          uses.get(value).push(i);
+        }
       }
     }
+    const uses = this.uses[this.g.nodes.graph[id]];
+    const out = new Set();
+    for (const value of this.g.nodes.outputs[id]) for (const user of uses.get(value) || []) out.add(user);
+    return [...out];
   }
 
   // A node's details, its inputs and users as links that reveal them.

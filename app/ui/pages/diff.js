@@ -3,6 +3,7 @@
 
 import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
 import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
+import { prestartLayout } from "../drawing.js";
 import { Grid } from "../grid.js";
 import { verdictBox } from "../severity.js";
 import { drawnDiff } from "./changes.js";
@@ -187,6 +188,7 @@ export async function diffPage(main, [name], query) {
   const named = (labels) => `${name}: ${labels[0]} → ${labels[1]}`;
   title.textContent = named([versionLabel(from), versionLabel(to)]);
   document.title = `${title.textContent} · pt2serde`;
+  prestartLayout();
   const [diff, oldGraph, newGraph, oldInfo, newInfo] = await Promise.all([
     getJSON(`${versionPath(name, to)}/diff?against=${enc(from)}`),
     getJSON(`${versionPath(name, from)}/graph`),

@@ -2,7 +2,7 @@
 
 import { enc, getJSON, getText, versionPath } from "../api.js";
 import { clear, h, link, nodesText, plural, versionLabel, whole } from "../dom.js";
-import { Drawing } from "../drawing.js";
+import { Drawing, nextTask, prestartLayout } from "../drawing.js";
 import { nodeInfo } from "../nodeinfo.js";
 import { Outline } from "../outline.js";
 
@@ -122,6 +122,7 @@ export async function graphPage(main, [name, ref]) {
   main.append(h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / ", crumb, " / graph"), title);
   // Marks split the first view into transfer (start to received), parse and drawing.
   performance.mark("graph-start");
+  prestartLayout();
   const [graph, info] = await Promise.all([
     getText(`${versionPath(name, ref)}/graph`).then((text) => {
       performance.mark("graph-received");
@@ -133,10 +134,13 @@ export async function graphPage(main, [name, ref]) {
   ]);
   crumb.textContent = versionLabel(ref, info.version);
   title.textContent = `${name} ${versionLabel(ref, info.version)}: graph`;
+  // A large program's parse, outline and drawing each take a task of their own.
+  await nextTask();
   const base = versionPath(name, String(info.version));
   const more = (id) => nodeInfo(base, graph.nodes.graph[id], graph.nodes.position[id]);
   const { el, outline, restore, drawing } = graphViewer(graph, { name: `${name} ${versionLabel(ref)}`, url: true, more });
   main.append(h("p", { class: "muted", id: "facts" }, graphFacts(graph, info.summary.nodes)), el);
+  await nextTask();
   restore();
   outline.render();
   drawing.start();
