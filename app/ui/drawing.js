@@ -89,6 +89,7 @@ export class Drawing {
       {
         class: "drawing",
         tabindex: "0",
+        role: "region",
         "aria-label": `${name}: drawn graph. Arrows pan, + and - zoom, 0 fits, drag to pan, wheel to zoom.`,
         dataset: { state: "layout" },
       },

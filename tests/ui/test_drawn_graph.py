@@ -8,6 +8,7 @@ these tests fail, saying so, rather than skip.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,7 +66,9 @@ def test_small_program_drawn_with_its_edges(page: Page, server: Server) -> None:
     graph = _graph(server, "small", "1")
     paths = [m["path"] for m in graph["modules"]]
     assert sorted(_drawn(p, ".drawing .gmodule", "data-path")) == sorted(paths[1:])
-    own = [n for n, m in zip(graph["nodes"]["name"], graph["nodes"]["module"], strict=True) if m == 0]
+    own = [
+        n for n, m in zip(graph["nodes"]["name"], graph["nodes"]["module"], strict=True) if m == 0
+    ]
     assert sorted(_drawn(p, ".drawing .gnode", "data-name")) == sorted(own)
     edges = p.locator(".drawing path.edges").get_attribute("d") or ""
     # fc1 -> relu -> fc2: at least the two edges between the three items
@@ -124,18 +127,25 @@ def test_search_selects_and_centres_a_node(page: Page, server: Server) -> None:
     selected = ".drawing .gnode.selected"
     assert _drawn(p, selected, "data-name") == [tanh]
     assert _middle_offset(p, selected) < 5
-    # and a click on a drawn node in view selects it in the outline, with its details
-    name = p.locator(".drawing").evaluate(
-        """(d) => {
+    # and a click on a drawn node in view (zoomed out until one is) selects it in the outline,
+    # with its details
+    in_view = """(d) => {
         const box = d.getBoundingClientRect();
         const inView = (e) => {
             const r = e.getBoundingClientRect();
             return r.left > box.left && r.right < box.right - 220 && r.top > box.top
-                && r.bottom < box.bottom;
+                && r.bottom < box.bottom && r.width > 20;
         };
-        return [...d.querySelectorAll('.gnode:not(.selected)')].find(inView).dataset.name;
+        const found = [...d.querySelectorAll('.gnode:not(.selected)')].find(inView);
+        return found ? found.dataset.name : null;
     }"""
-    )
+    p.focus(".drawing")
+    for _ in range(5):
+        name = p.locator(".drawing").evaluate(in_view)
+        if name:
+            break
+        p.keyboard.press("-")
+    assert name
     p.click(f".drawing .gnode[data-name='{name}']")
     assert p.locator(".outline .row.node.selected").get_attribute("data-name") == name
     assert p.locator(".panel h3").inner_text() == name
@@ -209,7 +219,9 @@ def test_diff_drawn(page: Page, server: Server) -> None:
     )
     # the changed module is opened, and its nodes are drawn as added; nothing on the old side is
     assert sorted(_drawn(p, "#new-graph .drawing .gnode.mark-added", "data-name")) == added
-    assert p.locator("#old-graph .drawing .mark-added, #old-graph .drawing .mark-removed").count() == 0
+    assert (
+        p.locator("#old-graph .drawing .mark-added, #old-graph .drawing .mark-removed").count() == 0
+    )
     status = p.locator("#changes-nav .where")
     p.click("#changes-nav button.next")
     _ready(p, "#new-graph")
@@ -250,3 +262,9 @@ def test_diff_changed_node_drawn_on_both_sides(page: Page) -> None:
     new = _drawn(p, "#new-graph .drawing .gnode.mark-changed.selected", "data-name")
     assert len(old) == 1
     assert old == new
+
+
+def test_drawn_screenshots_written(shots: Path) -> None:
+    """The drawn graph and drawn diff screenshots are there (README and docs/ui.md show them)."""
+    for name in ("graph-drawn", "diff-drawn"):
+        assert (shots / f"{name}.png").stat().st_size > 1000

@@ -52,6 +52,7 @@ export async function tryPage(main) {
       const viewer = graphViewer(graph, { name: file.name });
       out.append(section("Graph", h("p", { class: "muted", id: "facts" }, graphFacts(graph, operators.graph.nodes)), viewer.el));
       viewer.outline.render();
+      viewer.drawing.start();
       await new Promise((resolve) => requestAnimationFrame(() => resolve()));
       performance.mark("graph-first-view");
       out.append(section("Operators", operatorsTable(operators)));
