@@ -268,3 +268,18 @@ def test_drawn_screenshots_written(shots: Path) -> None:
     """The drawn graph and drawn diff screenshots are there (README and docs/ui.md show them)."""
     for name in ("graph-drawn", "diff-drawn"):
         assert (shots / f"{name}.png").stat().st_size > 1000
+
+
+def test_missing_bundle_shown_in_the_drawing(page: Page) -> None:
+    """Without its layout worker the drawing says how to build it (and nothing throws: the
+    page fixture fails on any console error); the outline still works."""
+    p = page.page
+    p.route(
+        "**/ui/static/build/layout-worker.js",
+        lambda route: route.fulfill(status=404, content_type="application/problem+json", body="{}"),
+    )
+    page.open("/ui/models/small/versions/1/graph")
+    p.wait_for_selector(".drawing[data-state='error']", timeout=60_000)
+    assert "npm ci && npm run build" in p.locator(".drawing-status").inner_text()
+    p.click(".outline .row[data-path='fc1']")
+    assert p.locator(".outline .row[data-path='fc1']").get_attribute("aria-expanded") == "true"
