@@ -133,7 +133,9 @@ export class Drawing {
     }).observe(this.svg);
   }
 
+  // The drawing stops for good: a worker that did not load never answers.
   fail(text) {
+    this.failed = true;
     this.el.dataset.state = "error";
     this.status.textContent = text;
     this.status.classList.add("error");
@@ -214,6 +216,7 @@ export class Drawing {
   }
 
   async layoutAll() {
+    if (this.failed) return;
     const generation = (this.generation += 1);
     this.el.dataset.state = "layout";
     // Shown only when a layout takes long enough to notice.
@@ -226,7 +229,7 @@ export class Drawing {
     } finally {
       clearTimeout(notice);
     }
-    if (generation !== this.generation) return;
+    if (generation !== this.generation || this.failed) return;
     this.status.classList.remove("shown");
     this.scene = this.compose();
     if (!this.shown) {

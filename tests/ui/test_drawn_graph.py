@@ -271,8 +271,9 @@ def test_drawn_screenshots_written(shots: Path) -> None:
 
 
 def test_missing_bundle_shown_in_the_drawing(page: Page) -> None:
-    """Without its layout worker the drawing says how to build it (and nothing throws: the
-    page fixture fails on any console error); the outline still works."""
+    """Without its layout worker (answered 404, as the service does when it was not built) the
+    drawing says how to build it, and nothing throws (the page fixture fails on any console
+    error); the outline still works."""
     p = page.page
     p.route(
         "**/ui/static/build/layout-worker.js",
@@ -283,3 +284,4 @@ def test_missing_bundle_shown_in_the_drawing(page: Page) -> None:
     assert "npm ci && npm run build" in p.locator(".drawing-status").inner_text()
     p.click(".outline .row[data-path='fc1']")
     assert p.locator(".outline .row[data-path='fc1']").get_attribute("aria-expanded") == "true"
+    assert p.locator(".drawing").get_attribute("data-state") == "error"
