@@ -87,7 +87,7 @@ def stage_parts(
         else blobs.workers.submit(blobs.objects.carve, archive.path, p.offset, p.size, path)
         for p, path, encode in zip(found, into, encodable, strict=True)
     ]
-    encoding: list[Future[tuple[Piece, objects.Form]]] = []
+    encoding: list[Future[tuple[str, tuple[Piece, objects.Form]]]] = []
     try:
         spans = [(p.offset, p.size) for p in found]
         layout = cut(archive.path, spans, skeleton, lambda i: readying[i].result().digest)
@@ -99,7 +99,7 @@ def stage_parts(
                 for p, piece, path, hole in zip(found, ready, into, layout.holes, strict=True)
                 if p.tensor is not None and hole.digest not in known
             ]
-        encoded = {f.result()[0].digest: f.result() for f in encoding}
+        encoded = dict(future.result() for future in encoding)
     except BaseException:
         for future in [*readying, *encoding]:
             future.cancel()
@@ -134,9 +134,10 @@ def _hashed(archive: Path, payload: Payload) -> Piece:
 
 def _encoded(
     blobs: BlobStore, coding: Coding, payload: Payload, span: Piece, into: Path, digest: str
-) -> tuple[Piece, objects.Form]:
+) -> tuple[str, tuple[Piece, objects.Form]]:
     """The payload `digest` framed into the new file `into`, against its base where it has one,
-    when that saves enough; else its raw bytes readied as any payload's are."""
+    when that saves enough (a piece whose `digest` is the frame's); else its raw bytes readied
+    as any payload's are."""
     tensor = payload.tensor
     assert tensor is not None
     base = coding.bases.get(tensor.name)
@@ -167,11 +168,14 @@ def _encoded(
     if done.stored > min(payload.size - 1, payload.size * (1 - coding.min_saving)):
         into.unlink()
         raw = blobs.objects.carve(span.path, span.offset, span.size, into)
-        return dataclasses.replace(raw, digest=digest), objects.Form.raw(payload.size)
-    piece = Piece(into, 0, done.stored, digest=digest)
+        return digest, (dataclasses.replace(raw, digest=digest), objects.Form.raw(payload.size))
+    with into.open("rb") as written:
+        piece = Piece(into, 0, done.stored, digest=hashlib.file_digest(written, "sha256").hexdigest())
     if base is not None and done.delta:
-        return piece, objects.Form(payload.size, done.stored, "delta", base.digest, base.depth + 1)
-    return piece, objects.Form(payload.size, done.stored, "planes")
+        form = objects.Form(payload.size, done.stored, "delta", base.digest, base.depth + 1)
+    else:
+        form = objects.Form(payload.size, done.stored, "planes")
+    return digest, (piece, form)
 
 
 def _each(blobs: BlobStore, action: Callable[[_T], None], items: list[_T]) -> None:
@@ -201,7 +205,11 @@ def _store(blobs: BlobStore, parts: Parts, stored: set[str]) -> None:
 
     def store(item: tuple[str, Piece]) -> None:
         digest, piece = item
-        if digest not in stored or not blobs.exists(digest):
+        if digest not in stored:
+            # whatever is there (another push's form, or one a failed push left, whose base gc
+            # may have taken) gives way to this push's
+            blobs.objects.put(piece, digest, replace=True)
+        elif not blobs.exists(digest):
             blobs.objects.put(piece, digest)
 
     # several at once: an object store's requests wait on the network, a directory's fsyncs on
