@@ -168,17 +168,15 @@ def encode(
             other = base.read(len(chunk))
             if len(other) != len(chunk):
                 raise OSError(f"the base payload {base_digest} is shorter than the tensor")
-            delta = _body(_xor(chunk, other), width, compress)
-            if len(delta) < len(best):
-                best, kind = delta, XOR
+            against = _body(_xor(chunk, other), width, compress)
+            if len(against) < len(best):
+                best, kind = against, XOR
         kinds[index] = kind
         sizes.append(len(best))
         into.write(best)
     delta = XOR in kinds
     into.seek(0)
-    into.write(
-        _HEAD.pack(MAGIC, _VERSION, width, _DELTA if delta else 0, size, CHUNK, count)
-    )
+    into.write(_HEAD.pack(MAGIC, _VERSION, width, _DELTA if delta else 0, size, CHUNK, count))
     into.write(bytes.fromhex(base_digest) if delta else bytes(32))
     into.write(bytes(kinds))
     into.write(struct.pack(f"<{count}I", *sizes))

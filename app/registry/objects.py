@@ -160,7 +160,9 @@ def _upsert(conn: Connection, forms: dict[str, Form], present: bool) -> None:
         "touched_at": stamp,
         "depth": deeper,
         "encoding": case((stored, blob_objects.c.encoding), else_=insert.excluded.encoding),
-        "stored_size": case((stored, blob_objects.c.stored_size), else_=insert.excluded.stored_size),
+        "stored_size": case(
+            (stored, blob_objects.c.stored_size), else_=insert.excluded.stored_size
+        ),
         **({"present": True} if present else {}),
     }
     conn.execute(

@@ -121,9 +121,7 @@ class Registry:
                 canonical.discard()
                 raise AssertionError("the canonical bytes do not hash to the graph digest")
             coding = self._coding(name, parent) if self.settings.store_encode else None
-            parts = storing.stage_parts(
-                self.blobs, staged, canonical, self.settings.limits, coding
-            )
+            parts = storing.stage_parts(self.blobs, staged, canonical, self.settings.limits, coding)
             storing.upload(self.db, self.blobs, parts)
             with self.db.write(blobs="shared") as conn:
                 model_id, last = self._lock_model(conn, name)

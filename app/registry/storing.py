@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
@@ -18,8 +18,8 @@ from app.registry import objects
 from app.registry.blobs import BlobStore, Piece, Staged
 from app.registry.blobs.base import open_window
 from app.registry.db import Database
-from app.registry.errors import RegistryFailure
 from app.registry.encoding import CHUNK, encode, open_stored
+from app.registry.errors import RegistryFailure
 from app.registry.packing import Layout, Payload, Tensor, cut, payloads
 from app.settings import Limits
 
@@ -93,7 +93,8 @@ def stage_parts(
         layout = cut(archive.path, spans, skeleton, lambda i: readying[i].result().digest)
         ready = [future.result() for future in readying]
         if coding is not None:
-            known = coding.known([h.digest for h, e in zip(layout.holes, encodable) if e])
+            wanted = zip(layout.holes, encodable, strict=True)
+            known = coding.known([hole.digest for hole, encode in wanted if encode])
             encoding = [
                 blobs.workers.submit(_encoded, blobs, coding, p, piece, path, hole.digest)
                 for p, piece, path, hole in zip(found, ready, into, layout.holes, strict=True)
@@ -101,9 +102,10 @@ def stage_parts(
             ]
         encoded = dict(future.result() for future in encoding)
     except BaseException:
-        for future in [*readying, *encoding]:
+        pending: list[Future[Any]] = [*readying, *encoding]
+        for future in pending:
             future.cancel()
-        wait([*readying, *encoding])
+        wait(pending)
         skeleton.discard()
         for path in files[1:]:
             path.unlink(missing_ok=True)
@@ -170,7 +172,9 @@ def _encoded(
         raw = blobs.objects.carve(span.path, span.offset, span.size, into)
         return digest, (dataclasses.replace(raw, digest=digest), objects.Form.raw(payload.size))
     with into.open("rb") as written:
-        piece = Piece(into, 0, done.stored, digest=hashlib.file_digest(written, "sha256").hexdigest())
+        piece = Piece(
+            into, 0, done.stored, digest=hashlib.file_digest(written, "sha256").hexdigest()
+        )
     if base is not None and done.delta:
         form = objects.Form(payload.size, done.stored, "delta", base.digest, base.depth + 1)
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -88,6 +89,12 @@ def _fine_tune(model: _LM, seed: int) -> None:
         optimizer.step()
 
 
+def _bytes_of(tensor: torch.Tensor) -> Callable[[bytes], bytes]:
+    """A member's change to the tensor's bytes."""
+    data = tensor.contiguous().view(torch.uint8).numpy().tobytes()
+    return lambda _: data
+
+
 @pytest.fixture(scope="module")
 def series() -> dict[str, list[bytes]]:
     """Per dtype, the archives of a base model and of five fine-tunes, each of the one before."""
@@ -99,18 +106,13 @@ def series() -> dict[str, list[bytes]]:
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     out: dict[str, list[bytes]] = {}
     for name, dtype in DTYPES.items():
-        exported = torch.export.export(
-            _LM().to(dtype).eval(), (torch.randint(0, VOCAB, (1, 8)),)
-        )
+        exported = torch.export.export(_LM().to(dtype).eval(), (torch.randint(0, VOCAB, (1, 8)),))
         base = archive_bytes(exported)
         members = weight_members(exported)
         out[name] = [
             rewrite_members(
                 base,
-                {
-                    member: lambda _, t=state[fqn].to(dtype): t.view(torch.uint8).numpy().tobytes()
-                    for fqn, member in members.items()
-                },
+                {member: _bytes_of(state[fqn].to(dtype)) for fqn, member in members.items()},
             )
             for state in states
         ]
