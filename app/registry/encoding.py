@@ -238,7 +238,11 @@ class Framed(Reader):
         self._open = open_object
         self._base_handle: BinaryIO | None = None
         self._current: tuple[int, Chunk] | None = None
-        self._pending: dict[int, Future[Chunk]] = {}
+        # the first chunks set decoding now: a reader that opens the next payloads ahead of
+        # its read (packing.Rebuilt) has them decoded meanwhile, each payload on a thread
+        self._pending: dict[int, Future[Chunk]] = {
+            index: self._decode(index) for index in range(min(_AHEAD, count))
+        }
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -18,7 +18,7 @@ from app.registry import storing
 from app.registry.blobs import Piece
 from app.registry.encoding import MAGIC, frame_base
 from app.registry.errors import RegistryFailure
-from app.registry.objects import blob_objects
+from app.registry.objects import blob_objects, layout_of, object_bases
 from app.registry.store import Registry
 from tests.registry.conftest import (
     Backend,
@@ -307,3 +307,24 @@ def test_a_push_whose_base_was_collected_meanwhile_fails_cleanly(
     assert hashlib.sha256(pull(registry, "lm", str(info.version))).digest().hex() == (
         info.digests.archive
     )
+
+
+def test_a_push_onto_a_named_parent(registry: Registry, series: dict[str, list[bytes]]) -> None:
+    """`parent` names the version whose tensors the deltas rest on (a live one)."""
+    archives = series["bfloat16"]
+    _push_all(registry, "lm", archives[:1])
+    with pytest.raises(RegistryFailure) as failed:
+        registry.push("lm", prepare(registry, archives[2]), parent=7)
+    assert failed.value.code == "version-not-found"
+    _push_all(registry, "lm", archives[4:5])
+    registry.push("lm", prepare(registry, archives[2]), parent=1)
+    first, _, third = (registry.version("lm", str(v)) for v in (1, 2, 3))
+    with registry.db.read() as conn:
+        layout = layout_of(conn, third.digests.archive)
+        assert layout is not None
+        own = [h.digest for h in layout.holes]
+        query = select(object_bases.c.base).where(object_bases.c.digest.in_(own))
+        bases = set(conn.execute(query).scalars())
+    assert bases
+    assert bases <= objects_of(registry, first.digests.archive, first.digests.graph)
+    _check_pulls(registry, "lm", [archives[0], archives[4], archives[2]], seed=6)

@@ -88,7 +88,8 @@ class LocalObjects:
         self.root = root
         self.location = str(root)
         self.parallel = _PARALLEL
-        self.read_ahead = 0
+        #: opening a file costs nothing, but opening an encoded object starts its decoding
+        self.read_ahead = 2
         self._buffers = threading.local()
         root.mkdir(parents=True, exist_ok=True)
         # every folder made once, here: a push into a young store would otherwise make (and
