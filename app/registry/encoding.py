@@ -31,12 +31,14 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
-import zstandard
 
 from app.registry.blobs.base import Reader
+
+if TYPE_CHECKING:
+    import zstandard
 
 #: raw bytes per chunk: a multiple of every element width, large enough to compress well, small
 #: enough that a Range read decodes little past what it asked for
@@ -128,6 +130,10 @@ def _xor(a: Any, b: Any) -> bytes:
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
     """This thread's compressor at `level` (a compressor serves one thread at a time)."""
+    # imported here, as the decompressor: only the registry's service stores and reads objects
+    # (zstandard comes with the server extra), and the base install imports this module
+    import zstandard
+
     known: dict[int, zstandard.ZstdCompressor] = _local.__dict__.setdefault("compressors", {})
     if level not in known:
         known[level] = zstandard.ZstdCompressor(level=level)
@@ -137,6 +143,8 @@ def _compressor(level: int) -> zstandard.ZstdCompressor:
 def _decompressor() -> zstandard.ZstdDecompressor:
     found: zstandard.ZstdDecompressor | None = getattr(_local, "decompressor", None)
     if found is None:
+        import zstandard
+
         found = _local.decompressor = zstandard.ZstdDecompressor()
     return found
 
