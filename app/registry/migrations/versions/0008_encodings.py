@@ -1,8 +1,8 @@
 """Stored objects in encoded forms: each object's encoding, stored size and delta depth, the
 bases deltas were stored against, and the tensor each hole of a stored archive holds.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
