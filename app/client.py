@@ -311,30 +311,34 @@ class Client:
         program: Path | str | bytes | ExportedProgram,
         *,
         model: str | None = None,
+        parent: int | None = None,
         progress: Progress | None = None,
     ) -> Pushed:
         """Upload a .pt2 (a path, its bytes, or an ExportedProgram, which torch.export.save
         writes to a temporary file first) as model `name`'s next version, streamed; `created`
-        is False when the same program already was a live version (which is returned)."""
+        is False when the same program already was a live version (which is returned).
+        `parent`: the version whose tensors the registry stores this one's as deltas of
+        (default: the latest)."""
+        query = _query({"model": model, "parent": parent})
         if isinstance(program, bytes):
-            return self._push(name, lambda: io.BytesIO(program), len(program), model, progress)
+            return self._push(name, lambda: io.BytesIO(program), len(program), query, progress)
         if isinstance(program, Path | str):
             path = Path(program)
-            return self._push(name, lambda: path.open("rb"), path.stat().st_size, model, progress)
+            return self._push(name, lambda: path.open("rb"), path.stat().st_size, query, progress)
         # the only branch that needs torch, so the only one that imports it (app.bridge)
         from app.bridge.exported import save_pt2
 
         with tempfile.TemporaryDirectory(prefix="pt2serde-push-") as folder:
             saved = Path(folder) / "program.pt2"
             save_pt2(program, saved)
-            return self.push(name, saved, model=model, progress=progress)
+            return self.push(name, saved, model=model, parent=parent, progress=progress)
 
     def _push(
         self,
         name: str,
         opened: Callable[[], BinaryIO],
         size: int,
-        model: str | None,
+        query: dict[str, Any],
         progress: Progress | None,
     ) -> Pushed:
         def body() -> Iterator[bytes]:
@@ -344,7 +348,7 @@ class Client:
         response = self._send(
             "push",
             name=name,
-            query=_query({"model": model}),
+            query=query,
             body=body,
             # a length, not chunked encoding: the server refuses an oversized body up front
             headers={"Content-Type": "application/zip", "Content-Length": str(size)},

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -150,6 +150,16 @@ class Settings(BaseSettings):
     blob_url: str = ""
     #: part size (MiB) of multipart uploads to S3; smaller objects go in one PUT.
     blob_part_mb: int = 16
+    #: store tensor payloads encoded (byte planes and zstd, deltas against the parent version's
+    #: tensors) where that saves bytes; off: every object is stored as its raw bytes.
+    store_encode: bool = True
+    #: the least fraction of a payload's bytes its encoded form must save to be stored.
+    store_min_saving: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
+    #: the most objects a read of one tensor opens: a delta's chain (each delta, then the full
+    #: object at its end) stays this short (1: no deltas).
+    store_delta_chain: Annotated[int, Field(ge=1)] = 4
+    #: zstd's level for stored payloads (1 compresses byte planes about as well as 3, faster).
+    store_zstd_level: Annotated[int, Field(ge=-7, le=22)] = 1
     #: seconds a soft-deleted version keeps its objects before gc may collect them.
     gc_deleted_grace_s: float = 7 * 24 * 3600.0
     #: seconds an object a push claimed stays safe from gc while no version refers to it yet

@@ -27,7 +27,16 @@ from tests.conftest import ROOT
 from tests.zoo import build_program, torch_json
 
 #: Modules the base install must not pull in (they belong to the extras).
-EXTRA_MODULES = ("torch", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg")
+EXTRA_MODULES = (
+    "torch",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "psycopg",
+    "zstandard",
+)
 
 
 def _run(

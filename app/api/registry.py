@@ -94,6 +94,7 @@ _PUSH_PROBLEMS: tuple[ProblemCode, ...] = (
     *READ_PROBLEMS,
     "ambiguous-model",
     "unknown-model",
+    "version-not-found",
     "service-busy",
     *TORCH_PROBLEMS,
 )
@@ -239,17 +240,19 @@ def push_version(
     response: Response,
     background: BackgroundTasks,
     model: str | None = None,
+    parent: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
 ) -> PushedVersion:
     """Upload a .pt2 (validated at level torch; refused with the report's errors if invalid).
 
     What is stored and served is an archive our writer makes from the checked program: sample
     inputs torch's weights_only loader cannot be proven to read are left out (a warning says
     so). The same program (by program digest) pushed again answers its existing version with
-    200."""
+    200. Its tensors are stored as deltas of those of version `parent` (a live version;
+    default: the latest) where that is smaller."""
     files = push.PushFiles(Path(tempfile.mkdtemp(prefix="pt2serde-push-")))
     try:
         candidate = push.prepare(registry, staged.path, work, pool, model, files)
-        pushed = registry.push(name, candidate, who.actor)
+        pushed = registry.push(name, candidate, who.actor, parent)
     except BaseException:
         shutil.rmtree(files.folder, ignore_errors=True)
         raise

@@ -72,7 +72,11 @@ class Transfer:
 def _push(args: argparse.Namespace) -> int:
     with client(args) as registry:
         pushed = registry.push(
-            args.name, Path(args.input), model=args.model, progress=Transfer(args, "sent")
+            args.name,
+            Path(args.input),
+            model=args.model,
+            parent=args.parent,
+            progress=Transfer(args, "sent"),
         )
     verb = "pushed" if pushed.created else "already there:"
     emit(args, pushed.version.model_dump(mode="json"), f"{verb} {version_line(pushed.version)}")
@@ -129,6 +133,11 @@ def register(sub: Subcommands, shared: Parser) -> None:
     push = model_command(sub, shared, "push", _push, "push a .pt2 as a new version of a model")
     push.add_argument("input", help="the .pt2 archive")
     push.add_argument("--model", help="which model of a multi-model archive")
+    push.add_argument(
+        "--parent",
+        type=int,
+        help="the version whose tensors this one's are stored as deltas of (default: latest)",
+    )
     pull = model_command(
         sub, shared, "pull", _pull, "fetch a version's .pt2 (checked against its sha256)"
     )

@@ -3,8 +3,10 @@
 Kept versions are the live ones and those soft-deleted less than `gc_deleted_grace_s` ago. An
 object is collected when no kept version refers to it (as its canonical document, its archive
 stored whole, as registries before tensor-level storage stored every archive, or a part of its
-archive) and no push touched it within `gc_claim_grace_s`. All of it runs in one transaction
-holding the blob lock exclusively (on SQLite, every write transaction excludes every other): a
+archive, or as the base of a delta another kept object is stored as, down each chain) and no
+push touched it within `gc_claim_grace_s` (nor is it the base of one a push touched). All of it
+runs in one transaction holding the blob lock exclusively (on SQLite, every write transaction
+excludes every other): a
 push's final transaction, which holds the lock shared, re-stores whatever was taken between its
 claim and its commit, so gc and pushes can race freely (see `objects`). Objects the store holds
 with no row at all (a push that died between its claim's rollback and its upload) are collected
@@ -25,7 +27,15 @@ from sqlalchemy import Connection, delete, or_, select
 
 from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, now, versions
-from app.registry.objects import archive_objects, blob_archives, blob_objects, touched_before
+from app.registry.objects import (
+    archive_objects,
+    blob_archives,
+    blob_objects,
+    chunks,
+    object_bases,
+    touched_before,
+    with_bases,
+)
 from app.settings import Settings
 
 _log = logging.getLogger(__name__)
@@ -83,7 +93,12 @@ def collect(db: Database, blobs: BlobStore, settings: Settings, dry_run: bool = 
         kept = _kept(conn, settings)
         archives = _dead_archives(conn, kept)
         stamp = now() - timedelta(seconds=settings.gc_claim_grace_s)
-        doomed = set(touched_before(conn, stamp)) - kept
+        old = set(touched_before(conn, stamp))
+        recent = set(conn.execute(select(blob_objects.c.digest)).scalars()) - old
+        # a delta reads its base: the bases of what stays (kept, or claimed by a push within
+        # the grace) stay, down each chain
+        kept = with_bases(conn, kept | recent)
+        doomed = old - kept
         sizes = _unrecorded(conn, blobs, kept, doomed, stamp.timestamp())
         strays = blobs.objects.strays()
         answers = _dead_answers(settings, kept)
@@ -124,9 +139,10 @@ def _remove(
     """Delete the objects `gone`, the object rows `rows` and the archive layouts `archives`."""
     for digest in gone:
         blobs.remove(digest)
-    for chunk in _chunks(rows):
+    for chunk in chunks(rows):
         conn.execute(delete(blob_objects).where(blob_objects.c.digest.in_(chunk)))
-    for chunk in _chunks(archives):
+        conn.execute(delete(object_bases).where(object_bases.c.digest.in_(chunk)))
+    for chunk in chunks(archives):
         conn.execute(delete(archive_objects).where(archive_objects.c.archive_digest.in_(chunk)))
         conn.execute(delete(blob_archives).where(blob_archives.c.digest.in_(chunk)))
 
@@ -146,10 +162,6 @@ def _dead_answers(settings: Settings, kept: set[str]) -> list[Path]:
         for path in folder.iterdir()
         if path.suffix == ".json" and is_digest(path.stem) and path.stem not in kept
     )
-
-
-def _chunks(items: list[str], size: int = 500) -> list[list[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class Periodic:

@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from app.archive.zipread import ZipReader
+from app.archive import open_archive
 from app.registry.blobs import Staged
 from app.registry.blobs.base import Reader
+from app.registry.encoding import open_stored
 from app.settings import Limits
+from schema import SymIntAsInt
+from schema.dtypes import ITEMSIZE
 
 _CHUNK = 1 << 20
 #: a rebuilt archive holds its skeleton in memory up to this size
@@ -72,14 +75,58 @@ class Layout:
         return {self.skeleton, *(h.digest for h in self.holes)}
 
 
-def payload_spans(archive: Path, limits: Limits) -> list[tuple[int, int]]:
-    """Where the archive's payloads are, in order: (offset, length) of each member large enough
-    to be an object of its own (all stored, not deflated)."""
-    with ZipReader(archive, limits, single_root=False) as reader:
+@dataclass(frozen=True)
+class Tensor:
+    """What a payload holds, where it is a raw tensor's storage: the tensor's name, dtype and
+    shape (what a delta's base must share) and its elements' width in bytes."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...]
+    width: int
+
+    def to_json(self) -> list[Any]:
+        """The tensor as a JSON value."""
+        return [self.name, self.dtype, list(self.shape), self.width]
+
+    @classmethod
+    def of(cls, value: list[Any]) -> Tensor:
+        """A tensor from its JSON value."""
+        name, dtype, shape, width = value
+        return cls(str(name), int(dtype), tuple(int(s) for s in shape), int(width))
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A member large enough to be an object of its own: its span of the archive, and the
+    tensor it holds (None for a document, a config, a pickle)."""
+
+    offset: int
+    size: int
+    tensor: Tensor | None
+
+
+def payloads(archive: Path, limits: Limits) -> list[Payload]:
+    """The archive's payloads, in order: each member large enough to be an object of its own
+    (all stored, not deflated), with the raw tensor it holds (by its name, the first of those
+    sharing it)."""
+    with open_archive(archive, limits) as opened:
+        held: dict[str, Tensor] = {}
+        for entry in sorted(opened.tensors.values(), key=lambda e: e.name):
+            meta = entry.meta
+            if entry.use_pickle or meta is None or entry.member in held:
+                continue
+            width = ITEMSIZE.get(meta.dtype)
+            shape = [s.as_int for s in meta.sizes if isinstance(s, SymIntAsInt)]
+            if width and len(shape) == len(meta.sizes):
+                held[entry.member] = Tensor(entry.name, int(meta.dtype), tuple(shape), width)
         return sorted(
-            (m.data_offset, m.size)
-            for m in reader.members.values()
-            if m.method == 0 and m.size > _OWN_OBJECT
+            (
+                Payload(m.data_offset, m.size, held.get(name))
+                for name, m in opened.reader.members.items()
+                if m.method == 0 and m.size > _OWN_OBJECT
+            ),
+            key=lambda p: p.offset,
         )
 
 
@@ -114,13 +161,18 @@ def cut(
 
 class Rebuilt(Reader):
     """The archive a layout describes, readable and seekable, opening objects as reads reach
-    them (`open` gives an object's seekable reader), and the next `ahead` payloads before."""
+    them (`open` gives an object's seekable reader, as stored: a payload stored encoded is
+    decoded here), and the next `ahead` payloads before."""
 
     def __init__(
         self, layout: Layout, open_object: Callable[[str], BinaryIO], ahead: int = 0
     ) -> None:
         super().__init__(layout.size)
-        self._open = open_object
+        sizes = {h.digest: h.size for h in layout.holes}
+        sizes[layout.skeleton] = layout.size - sum(h.size for h in layout.holes)
+        self._open: Callable[[str], BinaryIO] = lambda digest: open_stored(
+            open_object, digest, sizes[digest]
+        )
         # segments: (archive start, archive end, object digest, offset in the object)
         self._segments: list[tuple[int, int, str, int]] = []
         at = skel = 0
@@ -135,7 +187,7 @@ class Rebuilt(Reader):
         self._starts = [s[0] for s in self._segments]
         self._skeleton = layout.skeleton
         # opened now: an archive gc took fails before an answer starts, not in its middle
-        self._handles: dict[str, BinaryIO] = {layout.skeleton: open_object(layout.skeleton)}
+        self._handles: dict[str, BinaryIO] = {layout.skeleton: self._open(layout.skeleton)}
         #: the whole skeleton when it is small: its pieces between payloads are mostly a few
         #: dozen bytes, each a read of its own (a system call, or a request) otherwise
         self._held: bytes | None = None

@@ -23,6 +23,7 @@ from app.registry.audit import SYSTEM, Actor, Change, record
 from app.registry.auth import Access, Identity, admin_secret
 from app.registry.blobs import BlobStore, is_digest
 from app.registry.db import Database, aliases, models, now, tags, utc, versions
+from app.registry.encoding import open_stored
 from app.registry.errors import RegistryFailure, blob_not_found
 from app.registry.gc import GcReport, Periodic, collect
 from app.registry.ingest import Candidate
@@ -102,11 +103,15 @@ class Registry:
 
     # ------------------------------------------------------------ writes
 
-    def push(self, name: str, candidate: Candidate, actor: Actor = SYSTEM) -> Pushed:
+    def push(
+        self, name: str, candidate: Candidate, actor: Actor = SYSTEM, parent: int | None = None
+    ) -> Pushed:
         """Store a validated program as the model's next version, or return the live version
         that already has its program digest (whose served bytes stay as they are: both were
         written by us from proven members). The candidate's archive is stored as its skeleton
-        and tensor objects (each stored once, whoever pushed it first), or discarded."""
+        and tensor objects (each stored once, whoever pushed it first; encoded, and as deltas
+        against the tensors of version `parent`, by default the model's latest), or
+        discarded."""
         staged = candidate.archive
         parts: storing.Parts | None = None
         try:
@@ -115,7 +120,8 @@ class Registry:
             if canonical.digest != candidate.vetted.digests.graph:
                 canonical.discard()
                 raise AssertionError("the canonical bytes do not hash to the graph digest")
-            parts = storing.stage_parts(self.blobs, staged, canonical, self.settings.limits)
+            coding = self._coding(name, parent) if self.settings.store_encode else None
+            parts = storing.stage_parts(self.blobs, staged, canonical, self.settings.limits, coding)
             storing.upload(self.db, self.blobs, parts)
             with self.db.write(blobs="shared") as conn:
                 model_id, last = self._lock_model(conn, name)
@@ -155,6 +161,39 @@ class Registry:
             if parts is not None:
                 parts.discard()
             staged.discard()
+
+    def _coding(self, name: str, parent: int | None) -> storing.Coding:
+        """How a push to `name` encodes its tensors: against those of version `parent` (an
+        error if it is not a live version), by default the latest live one."""
+        with self.db.read() as conn:
+            query = select(versions.c.archive_digest).join(models).where(models.c.name == name)
+            if parent is None:
+                query = query.where(_live()).order_by(versions.c.version.desc()).limit(1)
+            else:
+                query = query.where(versions.c.version == parent, _live())
+            archive = conn.execute(query).scalar()
+            if archive is None and parent is not None:
+                raise RegistryFailure(
+                    "version-not-found", f"{name} has no live version {parent} to push onto"
+                )
+            bases = {} if archive is None else objects.bases_in(conn, archive)
+        settings = self.settings
+        return storing.Coding(
+            settings.store_min_saving,
+            settings.store_delta_chain,
+            settings.store_zstd_level,
+            bases,
+            self._known,
+        )
+
+    def _known(self, digests: list[str]) -> set[str]:
+        with self.db.read() as conn:
+            return objects.present(conn, digests)
+
+    def usage(self) -> objects.Usage:
+        """The objects the store holds, their raw bytes and the bytes stored for them."""
+        with self.db.read() as conn:
+            return objects.usage(conn)
 
     def _lock_model(self, conn: Connection, name: str) -> tuple[int, int]:
         """The model's row, created if new, locked until the transaction ends."""
@@ -568,8 +607,14 @@ class Registry:
         """An object, or an archive rebuilt from its skeleton and tensor objects (one stored
         whole, from before tensor-level storage, is its own object); FileNotFoundError if gc
         took it."""
-        layout = self.layouts.of(digest) if archive else None
-        return StoredArchive(digest, layout).open(self.blobs.objects)
+        if archive:
+            return StoredArchive(digest, self.layouts.of(digest)).open(self.blobs.objects)
+        with self.db.read() as conn:
+            size = objects.size_of(conn, digest)
+        # sized: a document's bytes may be stored framed, by a push of a tensor holding them
+        if size is None:
+            return self.blobs.open(digest)
+        return open_stored(self.blobs.objects.open, digest, size)
 
     def _model(self, conn: Connection, name: str, lock: bool = False) -> Row[Any]:
         """The model's row; `lock`: held until the transaction ends, which serializes a model's

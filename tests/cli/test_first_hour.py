@@ -209,6 +209,11 @@ def test_5_progress_everywhere_and_for_transfers(files: Path, server: Server) ->
     pushed = cli("push", "progress-model", "conv.pt2", "--url", server.url, "--progress", cwd=files)
     assert pushed.returncode == 0, pushed.stderr
     assert f"] sent {size / 1e6:.1f} of {size / 1e6:.1f} MB (100%)" in pushed.stderr
+    onto = ("push", "progress-model", "conv.pt2", "--url", server.url, "--parent")
+    assert cli(*onto, "1", cwd=files).returncode == 0
+    orphan = cli(*onto, "9", cwd=files)
+    assert orphan.returncode != 0
+    assert "version-not-found" in orphan.stderr, orphan.stderr
     pulled = cli("pull", "progress-model", "got.pt2", "--url", server.url, "--progress", cwd=files)
     assert pulled.returncode == 0, pulled.stderr
     assert "(100%)" in pulled.stderr.splitlines()[-1]

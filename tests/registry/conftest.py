@@ -17,6 +17,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -27,12 +28,16 @@ from typing import Any
 
 import psycopg
 import pytest
+import torch
 
 from app import operations as ops
 from app.archive import open_archive
+from app.jobs import push
+from app.jobs.runners import INLINE
 from app.registry.blobs import Objects, objects_for
 from app.registry.blobs.s3 import S3Objects
-from app.registry.objects import layout_of
+from app.registry.ingest import Candidate
+from app.registry.objects import layout_of, with_bases
 from app.registry.store import Registry
 from app.settings import Settings
 from tests.api.conftest import Server, free_port, start_server
@@ -258,15 +263,104 @@ def registry(backend: Backend) -> Iterator[Registry]:
 
 def rewrite_member(archive: bytes, suffix: str, change: Callable[[bytes], bytes]) -> bytes:
     """The archive with the member ending in `suffix` changed (stored, other members as is)."""
+    return rewrite_members(archive, {suffix: change})
+
+
+def rewrite_members(archive: bytes, changes: dict[str, Callable[[bytes], bytes]]) -> bytes:
+    """The archive with the member ending in each suffix changed as `changes` says (stored,
+    other members as is)."""
     source = zipfile.ZipFile(io.BytesIO(archive))
-    names = [i.filename for i in source.infolist() if i.filename.endswith(suffix)]
-    assert len(names) == 1, names
+    found: dict[str, Callable[[bytes], bytes]] = {}
+    for suffix, change in changes.items():
+        names = [i.filename for i in source.infolist() if i.filename.endswith(suffix)]
+        assert len(names) == 1, names
+        found[names[0]] = change
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
         for info in source.infolist():
             data = source.read(info)
-            target.writestr(info.filename, change(data) if info.filename == names[0] else data)
+            change = found.get(info.filename)
+            target.writestr(info.filename, data if change is None else change(data))
     return out.getvalue()
+
+
+def weight_members(ep: torch.export.ExportedProgram) -> dict[str, str]:
+    """The member torch.export.save writes each parameter to (parameters in signature order),
+    by its FQN."""
+    params = [s.target for s in ep.graph_signature.input_specs if s.target in ep.state_dict]
+    return {str(fqn): f"data/weights/weight_{i}" for i, fqn in enumerate(params)}
+
+
+def prepare(registry: Registry, archive: bytes) -> Candidate:
+    """The archive vetted for a push (torch's check run in this process)."""
+    staged = registry.blobs.stage_bytes(archive)
+    try:
+        return push.prepare(registry, staged.path, INLINE, INLINE)
+    finally:
+        staged.discard()
+
+
+def pull(registry: Registry, name: str, ref: str) -> bytes:
+    """A version's archive as the registry serves it."""
+    _, handle = registry.open_content(name, ref, "archive")
+    with handle:
+        return handle.read()
+
+
+def race_gc(backend: Backend, series: dict[str, list[bytes]]) -> None:
+    """Push each model's archives in order, one registry (and thread) per model, while gc runs
+    over and over with no grace in a third; then check that no committed version lacks an
+    object, and that the store holds exactly what the versions need."""
+    pushers = {model: Registry(backend.settings()) for model in series}
+    collector = Registry(backend.settings())
+    ready = {m: [prepare(pushers[m], a) for a in archives] for m, archives in series.items()}
+    done = threading.Event()
+    errors: list[BaseException] = []
+    runs = 0
+
+    def collect() -> None:
+        nonlocal runs
+        while not done.is_set():
+            try:
+                collector.gc()
+                runs += 1
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    def push_all(model: str) -> None:
+        try:
+            for candidate in ready[model]:
+                pushers[model].push(model, candidate)
+        except BaseException as exc:
+            errors.append(exc)
+
+    gc_thread = threading.Thread(target=collect)
+    threads = [threading.Thread(target=push_all, args=(model,)) for model in series]
+    try:
+        gc_thread.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        gc_thread.join()
+        assert errors == []
+        assert runs > 0
+        collector.gc()
+        expected: set[str] = set()
+        for model, archives in series.items():
+            infos = collector.versions(model).versions
+            assert len(infos) == len(archives)
+            for info in infos:
+                expected |= objects_of(collector, info.digests.archive, info.digests.graph)
+                data = pull(collector, model, str(info.version))
+                assert hashlib.sha256(data).hexdigest() == info.digests.archive
+        assert stored_files(backend)["blobs"] == sorted(expected)
+    finally:
+        done.set()
+        for r in (*pushers.values(), collector):
+            r.close()
 
 
 def variant(archive: bytes, index: int) -> bytes:
@@ -406,10 +500,11 @@ def stored_files(where: Backend | Path) -> dict[str, list[str]]:
 
 
 def objects_of(registry: Registry, archive: str, graph: str) -> set[str]:
-    """The objects a version with these digests is stored as."""
+    """The objects a version with these digests is stored as (the bases of its deltas, down
+    each chain, included)."""
     with registry.db.read() as conn:
         layout = layout_of(conn, archive)
-    return {graph, *(layout.objects() if layout is not None else {archive})}
+        return with_bases(conn, {graph, *(layout.objects() if layout is not None else {archive})})
 
 
 def check_consistent(backend: Backend) -> dict[str, list[int]]:

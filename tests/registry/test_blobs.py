@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import threading
 import time
 from typing import BinaryIO
 
@@ -13,9 +12,6 @@ import pytest
 import torch
 from torch import nn
 
-from app.jobs import push
-from app.jobs.runners import INLINE
-from app.registry.ingest import Candidate
 from app.registry.objects import layout_of
 from app.registry.packing import rebuilt
 from app.registry.store import Registry
@@ -23,8 +19,12 @@ from tests.registry.conftest import (
     Backend,
     assert_served,
     objects_of,
+    prepare,
+    pull,
+    race_gc,
     rewrite_member,
     stored_files,
+    weight_members,
 )
 from tests.zoo import archive_bytes
 
@@ -51,32 +51,12 @@ def series() -> list[bytes]:
     ep = torch.export.export(_Tower().eval(), (torch.randn(2, 512),))
     base = archive_bytes(ep)
     names = [f"heads.{i}.weight" for i in range(VERSIONS)]
-    members = {fqn: f"data/weights/weight_{_index(ep, fqn)}" for fqn in names}
+    members = weight_members(ep)
     out = []
     for i, fqn in enumerate(names):
         noise = torch.randn(16, 512, generator=torch.Generator().manual_seed(i))
         out.append(rewrite_member(base, members[fqn], lambda _, n=noise: n.numpy().tobytes()))
     return out
-
-
-def _index(ep: torch.export.ExportedProgram, fqn: str) -> int:
-    """The weight member torch.export.save writes `fqn` to (parameters in signature order)."""
-    params = [s.target for s in ep.graph_signature.input_specs if s.target in ep.state_dict]
-    return params.index(fqn)
-
-
-def prepare(registry: Registry, archive: bytes) -> Candidate:
-    staged = registry.blobs.stage_bytes(archive)
-    try:
-        return push.prepare(registry, staged.path, INLINE, INLINE)
-    finally:
-        staged.discard()
-
-
-def pull(registry: Registry, name: str, ref: str) -> bytes:
-    _, handle = registry.open_content(name, ref, "archive")
-    with handle:
-        return handle.read()
 
 
 def test_ten_fine_tunes_store_each_tensor_once(
@@ -162,57 +142,7 @@ def test_a_rebuilt_archive_read_ahead(registry: Registry, series: list[bytes]) -
 def test_gc_racing_pushes_of_the_same_tensors(backend: Backend, series: list[bytes]) -> None:
     """Pushers store versions sharing the trunk while gc runs over and over with no grace: no
     committed version ever lacks an object."""
-    pushers = [Registry(backend.settings()) for _ in range(2)]
-    collector = Registry(backend.settings())
-    ready = [(pushers[i % 2], prepare(pushers[i % 2], archive)) for i, archive in enumerate(series)]
-    done = threading.Event()
-    errors: list[BaseException] = []
-    runs = 0
-
-    def collect() -> None:
-        nonlocal runs
-        while not done.is_set():
-            try:
-                collector.gc()
-                runs += 1
-            except BaseException as exc:
-                errors.append(exc)
-                return
-
-    def push(registry: Registry, candidates: list[Candidate], model: str) -> None:
-        try:
-            for candidate in candidates:
-                registry.push(model, candidate)
-        except BaseException as exc:
-            errors.append(exc)
-
-    gc_thread = threading.Thread(target=collect)
-    threads = [
-        threading.Thread(target=push, args=(r, [c for rr, c in ready if rr is r], f"m{i}"))
-        for i, r in enumerate(pushers)
-    ]
-    try:
-        gc_thread.start()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        done.set()
-        gc_thread.join()
-        assert errors == []
-        assert runs > 0
-        collector.gc()
-        expected: set[str] = set()
-        for i in range(2):
-            for info in collector.versions(f"m{i}").versions:
-                expected |= objects_of(collector, info.digests.archive, info.digests.graph)
-                data = pull(collector, f"m{i}", str(info.version))
-                assert hashlib.sha256(data).hexdigest() == info.digests.archive
-        assert stored_files(backend)["blobs"] == sorted(expected)
-    finally:
-        done.set()
-        for r in (*pushers, collector):
-            r.close()
+    race_gc(backend, {f"m{i}": series[i::2] for i in range(2)})
 
 
 def test_periodic_gc_collects_an_orphan(backend: Backend) -> None:

@@ -134,6 +134,16 @@ def test_same_program_again_is_the_same_version(
     assert (other.status_code, other.json()["version"]) == (201, 2)
 
 
+def test_a_push_names_its_parent(client: httpx.Client, archives: dict[str, bytes]) -> None:
+    """`parent` must name a live version of the model (its tensors are the deltas' bases)."""
+    base = "/v1/models/parented/versions"
+    assert client.post(base, content=archives["conv"], headers=ZIP).status_code == 201
+    missing = client.post(f"{base}?parent=9", content=variant(archives["conv"], 3), headers=ZIP)
+    problem(missing, 404, "version-not-found")
+    onto = client.post(f"{base}?parent=1", content=variant(archives["conv"], 3), headers=ZIP)
+    assert (onto.status_code, onto.json()["version"]) == (201, 2)
+
+
 def test_conditional_and_range_requests(client: httpx.Client, archives: dict[str, bytes]) -> None:
     info = client.post("/v1/models/ranges/versions", content=archives["conv"], headers=ZIP).json()
     url = "/v1/models/ranges/versions/1/archive"

@@ -78,8 +78,11 @@ class Objects(Protocol):
         without a digest is hashed by the caller)."""
         ...
 
-    def put(self, piece: Piece, digest: str) -> None:
-        """Store the piece's bytes (whose sha256 is `digest`) as that object, streamed."""
+    def put(self, piece: Piece, digest: str, replace: bool = False) -> None:
+        """Store the piece's bytes as the object `digest` (the sha256 of its raw bytes: the
+        piece's own bytes, or an encoded form of them whose sha256 is the piece's `digest`),
+        streamed; `replace`: an object there already may be another form, left by a push that
+        failed, and is replaced (unless it has the piece's size: the raw bytes, as the piece)."""
         ...
 
     def open(self, digest: str) -> BinaryIO:

@@ -88,7 +88,8 @@ class LocalObjects:
         self.root = root
         self.location = str(root)
         self.parallel = _PARALLEL
-        self.read_ahead = 0
+        #: opening a file costs nothing, but opening an encoded object starts its decoding
+        self.read_ahead = 2
         self._buffers = threading.local()
         root.mkdir(parents=True, exist_ok=True)
         # every folder made once, here: a push into a young store would otherwise make (and
@@ -153,37 +154,46 @@ class LocalObjects:
             view = self._buffers.view = memoryview(bytearray(_CHUNK))
         return view
 
-    def put(self, piece: Piece, digest: str) -> None:
+    def put(self, piece: Piece, digest: str, replace: bool = False) -> None:
         """Link a piece that is a whole file to the object's path (staging may sit on this
-        filesystem), fsynced first; copy it otherwise."""
+        filesystem), fsynced first; copy it otherwise. An object there already stays, unless
+        `replace` and it is not of the piece's size (another form of the same bytes, left by
+        a push that failed)."""
         target = self.path(digest)
-        if target.is_file():
+        if target.is_file() and (not replace or target.stat().st_size == piece.size):
             return
         folder = target.parent
         if not folder.is_dir():
             folder.mkdir(exist_ok=True)
             _fsync_dir(self.root)
         try:
-            if not self._link(piece, target):
+            if not self._link(piece, target, replace):
                 self._copy(piece, target)
         except FileExistsError:
             return
         _fsync_dir(folder)
 
     @staticmethod
-    def _link(piece: Piece, target: Path) -> bool:
+    def _link(piece: Piece, target: Path, replace: bool) -> bool:
         """Link a piece that is a whole file, durable first (the link publishes it whole, or
-        fails if it is there); False where it cannot be (a span, another filesystem)."""
+        fails if it is there, unless `replace`: then it is linked beside and renamed over);
+        False where it cannot be (a span, another filesystem)."""
         if piece.offset or piece.size != piece.path.stat().st_size:
             return False
         if not piece.durable:
             _fsync_file(piece.path)
+        temp = target.parent / f"{_TEMP}{target.name}.{secrets.token_hex(4)}"
         try:
-            os.link(piece.path, target)
+            os.link(piece.path, temp if replace else target)
+            if replace:
+                os.replace(temp, target)
         except OSError as error:
             if error.errno != errno.EXDEV:
                 raise
             return False
+        finally:
+            if replace:
+                temp.unlink(missing_ok=True)
         return True
 
     def _copy(self, piece: Piece, target: Path) -> None:

@@ -144,14 +144,15 @@ class S3Objects:
                 digest = hashlib.sha256(view[offset : offset + size]).hexdigest()
         return Piece(source, offset, size, digest=digest)
 
-    def put(self, piece: Piece, digest: str) -> None:
+    def put(self, piece: Piece, digest: str, replace: bool = False) -> None:
         """Upload the piece: one PUT up to the part size, in parts (several at once) past it,
-        streamed from the file."""
+        streamed from the file (a PUT replaces the object there in any case)."""
         key = self.key(digest)
         if piece.size <= self._part_bytes:
-            # one request, signed with the object's digest as its payload's sha256 (a store that
-            # checks payloads, as AWS S3 does, refuses other bytes): nothing hashes them again
-            self._put_bytes(key, piece, digest, None)
+            # one request, signed with its bytes' sha256 (the object's digest, unless the piece
+            # is an encoded form and says its own; a store that checks payloads, as AWS S3
+            # does, refuses other bytes): nothing hashes them again
+            self._put_bytes(key, piece, piece.digest or digest, None)
             return
         # botocore begins, completes and aborts; the parts go as single PUTs do
         upload = str(self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"])
