@@ -68,6 +68,7 @@ HEAVY: dict[str, str] = {
         "loads each deserialized archive with torch in a fresh process"
     ),
     "tests/bridge/test_release_rules_current.py": "dumps the release rules in a fresh process",
+    "tests/test_finetunes.py": "trains a GPT-2 and five fine-tunes, exports and loads 12 archives",
     "tests/cli/test_cli.py::test_validate_levels": "the command at each level, torch's included",
     "tests/cli/test_cli.py::test_serialize_then_deserialize": "the command there and back",
     "tests/progs/test_canonical.py::test_graph_digest_is_the_same_in_another_process": (

@@ -103,6 +103,12 @@ def test_smoke_run_prints_a_table_where_every_check_passed(
     # the server's idle footprint, by process role, with its verdict
     assert "## Idle footprint" in written
     assert re.search(r"\*\*idle footprint\*\*: [\d,]+ MB RSS in all .*: (MET|MISSED)", written)
+    # the registry storage section on the fine-tune series, each store's rows with a verdict
+    for store in ("local", "SeaweedFS (S3)"):
+        for what in ("bf16 base + 5 fine-tunes", "bf16 base alone", "fp32 base + 5 fine-tunes"):
+            assert re.search(
+                rf"\| {re.escape(store)} \| {re.escape(what)} \| .* \| (MET|MISSED)", written
+            )
 
 
 def test_a_failed_check_stops_the_runs_and_prints_fail() -> None:
