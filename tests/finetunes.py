@@ -145,7 +145,8 @@ class _Logits(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.transformer, self.lm_head = model.transformer, model.lm_head
+        self.transformer: nn.Module = model.get_submodule("transformer")
+        self.lm_head: nn.Module = model.get_submodule("lm_head")
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The next-token logits of each position."""
@@ -159,7 +160,7 @@ def _train(model: nn.Module, ids: torch.Tensor, steps: int, rate: float) -> None
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=rate)
     for _ in range(steps):
-        loss(model(ids), ids).backward()
+        loss(model(ids), ids).backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         optimizer.zero_grad()
     model.eval()
