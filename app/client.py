@@ -219,8 +219,16 @@ def _query(given: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None and v != []}
 
 
+def base_url(url: str) -> str:
+    """The service's base URL: `url` without a trailing slash, ``http://`` put before a bare
+    ``host:port`` (as the CLI's help writes the default)."""
+    url = url.strip().rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
 class Client:
-    """A pt2serde service at `url` (``http://host:8000``), with an API token or none.
+    """A pt2serde service at `url` (``http://host:8000``, or a bare ``host:8000``), with an API
+    token or none.
 
     A context manager (or `close()`): one connection pool serves every request."""
 
@@ -234,7 +242,7 @@ class Client:
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
         self.retries = retries
         self.retry_budget_s = retry_budget_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -6,6 +6,7 @@ Through the real service: tests/registry/test_client_pipeline.py.
 
 from __future__ import annotations
 
+import argparse
 import email.utils
 import hashlib
 import re
@@ -19,6 +20,7 @@ import orjson
 import pytest
 
 from app import client as client_module
+from app.cli.registry import client as cli_client
 from app.client import (
     ROUTES,
     Client,
@@ -365,3 +367,22 @@ def version_answer(digest: str, size: int) -> dict[str, Any]:
         "tags": {},
         "aliases": [],
     }
+
+
+def test_a_bare_host_and_port_is_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`127.0.0.1:8300`, as the CLI's help writes its default, names the service over http, in
+    the Client and in the CLI's $PT2SERDE_URL (which httpx alone refuses: no scheme)."""
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return _problem(404, "model-not-found")
+
+    with Client("127.0.0.1:8300/", transport=httpx.MockTransport(record)) as bare:
+        with pytest.raises(NotFound):
+            bare.model("m")
+    assert str(seen[0].url) == "http://127.0.0.1:8300/v1/models/m"
+    assert Client("https://h:1").url == "https://h:1"
+    monkeypatch.setenv("PT2SERDE_URL", "127.0.0.1:8300")
+    assert cli_client(argparse.Namespace(url=None, token=None)).url == "http://127.0.0.1:8300"
+    assert cli_client(argparse.Namespace(url="h:9", token=None)).url == "http://h:9"
