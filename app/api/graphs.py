@@ -19,17 +19,18 @@ from pathlib import Path
 from typing import TypeVarTuple
 
 from app import operations as ops
+from app.api import stored
 from app.api.deps import Work
 from app.failure import Failure
 from app.jobs.graph import job_document_graph, job_graph
 from app.jobs.push import PushFiles
-from app.registry.gc import graph_answers
+from app.registry.answers import answer_name, answer_path
 from app.registry.records import VersionInfo
 from app.registry.store import Registry
 from app.settings import Settings
 from app.workers.runner import DocumentRunner
 
-__all__ = ["cached_graph", "upload_graph", "version_graph_file", "warm"]
+__all__ = ["cached_graph", "graph_answer", "upload_graph", "version_graph_file", "warm"]
 
 #: One lock per archive being built in this process: a view asked for while the push's build
 #: runs waits for it instead of building the same answer again.
@@ -38,10 +39,15 @@ _guard = threading.Lock()
 _Ts = TypeVarTuple("_Ts")
 
 
+def graph_answer(digest: str) -> str:
+    """The name of the archive `digest`'s kept graph answer (app/registry/answers.py)."""
+    return answer_name([digest], "graph")
+
+
 def cached_graph(registry: Registry, digest: str, build: Callable[[Path], None]) -> Path:
     """The file holding the graph answer of the archive `digest`, written by `build` (given
     where, and writing it atomically) if missing."""
-    target = graph_answers(registry.settings) / f"{digest}.json"
+    target = answer_path(registry.settings, graph_answer(digest))
     if target.exists():
         return target
     with _guard:
@@ -97,7 +103,8 @@ def version_graph_file(registry: Registry, runner: DocumentRunner, name: str, re
 def warm(registry: Registry, runner: DocumentRunner, info: VersionInfo, files: PushFiles) -> None:
     """Build a freshly pushed version's graph answer ahead of its first view (a background task:
     a program the graph cannot be drawn for answers its problem when viewed), from the document
-    its push checked; then remove the push's files."""
+    its push checked, then its page's other answers (`stored.warm`); then remove the push's
+    files."""
     settings = registry.settings
 
     def build(target: Path) -> None:
@@ -106,5 +113,7 @@ def warm(registry: Registry, runner: DocumentRunner, info: VersionInfo, files: P
     try:
         with contextlib.suppress(Failure, OSError):
             cached_graph(registry, info.digests.archive, build)
+        with contextlib.suppress(Failure, OSError):
+            stored.warm(registry, runner, info)
     finally:
         shutil.rmtree(files.folder, ignore_errors=True)

@@ -31,7 +31,7 @@ from app.api.auth import (
 )
 from app.api.deps import PoolDep, SettingsDep, Work, admit_bytes, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
-from app.api.stored import on_stored, run_sync
+from app.api.stored import diff_answer, fixed, kept, on_stored, run_sync
 from app.archive import open_archive
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
@@ -430,14 +430,14 @@ async def get_diff(
         await run_sync(ensure, registry, who, other, "read")
     was, old = await run_sync(registry.stored, other or name, against_ref)
     now, new = await run_sync(registry.stored, name, ref)
-    model = now.archive_model if was.archive_model == now.archive_model else None
-    key = (old.digest, new.digest, "diff", model)
+    answer, model = diff_answer(was, old.digest, now, new.digest)
     args = (old, new, settings, model)
-    answer = await on_stored(request, key, [old, new], job_stored_diff, args)
     if format == "json":
-        return answer
-    # the held answer is the JSON one; a diff is far smaller than the programs it compares
-    diff = await run_sync(ProgramDiff.model_validate_json, bytes(answer.body))
+        still = fixed(ref, against_ref)
+        return await on_stored(request, registry, answer, still, [old, new], job_stored_diff, args)
+    # the kept answer is the JSON one; a diff is far smaller than the programs it compares
+    path = await kept(request, registry, answer, [old, new], job_stored_diff, args)
+    diff = await run_sync(ProgramDiff.model_validate_json, await run_sync(path.read_bytes))
     return Response(render_text(diff), media_type="text/plain")
 
 

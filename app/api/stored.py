@@ -1,78 +1,49 @@
-"""Answers about stored versions (their validation, inspection, ranges and diffs): computed
-from the stored archives under the same admission budget an upload of their documents gets, in a
-document worker when they are large, and held by what they are computed from, since stored
-versions never change: six readers of one version cost one parse."""
+"""Answers about stored versions (their views, validation, ranges, tensors, graphs and diffs):
+computed once from the stored archives, under the same admission budget an upload of their
+documents gets and in a document worker when they are large, then kept on disk by the digests
+they are computed from (app/registry/answers.py): stored versions never change, so every later
+reader, after a restart or on another replica, gets the kept file, and a client holding it
+revalidates for nothing (the answer's name is its ETag)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple
 
 import anyio
 from fastapi import Request
-from fastapi.responses import Response
-from pydantic_core import to_json
+from fastapi.responses import FileResponse, Response
 
+from app import operations as ops
 from app.api.deps import admit_bytes
+from app.failure import Failure
+from app.http.ranges import etag_matches
+from app.jobs.documents import StoredView, job_stored_diff, job_stored_views
+from app.registry.answers import answer_name, answer_path, view_name
+from app.registry.records import VersionInfo
+from app.registry.store import Registry
 from app.registry.stored import StoredArchive
+from app.workers.runner import DocumentRunner
 
 _JSON = "application/json"
 _T = TypeVar("_T")
-_R = TypeVar("_R")
 _Ts = TypeVarTuple("_Ts")
-
-
-class _Answers:
-    """Answers about stored versions, by what they are computed from (an archive digest and
-    the view's parameters: stored versions never change), newest kept, within a byte budget."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.held: OrderedDict[Hashable, bytes] = OrderedDict()
-        self.size = 0
-        self.lock = threading.Lock()
-        #: one computation per key at a time: readers arriving meanwhile wait for its answer
-        self.computing: weakref.WeakValueDictionary[Hashable, asyncio.Lock] = (
-            weakref.WeakValueDictionary()
-        )
-
-    def get(self, key: Hashable) -> bytes | None:
-        """The answer computed for `key`, if it is still held."""
-        with self.lock:
-            found = self.held.get(key)
-            if found is not None:
-                self.held.move_to_end(key)
-            return found
-
-    def put(self, key: Hashable, body: bytes) -> None:
-        """Hold `body` (answers larger than a quarter of the budget are not held)."""
-        if len(body) > self.budget // 4:
-            return
-        with self.lock:
-            old = self.held.pop(key, None)
-            self.size += len(body) - (len(old) if old is not None else 0)
-            self.held[key] = body
-            while self.size > self.budget:
-                _, dropped = self.held.popitem(last=False)
-                self.size -= len(dropped)
-
-
-#: the answers one HTTP process holds (a few large inspect or diff answers, many small ones)
-ANSWERS_BUDGET = 16 * 1024 * 1024
-
-
-def answers_of(request: Request) -> _Answers:
-    """The app's held answers about stored versions (made on first use)."""
-    state = request.app.state
-    if not hasattr(state, "stored_answers"):
-        state.stored_answers = _Answers(ANSWERS_BUDGET)
-    held: _Answers = state.stored_answers
-    return held
+#: the views the version page asks for (app/ui/pages/version.js), computed after a push, ahead
+#: of the page's first visit
+PAGE_VIEWS = (
+    StoredView("ranges"),
+    StoredView("inspect", inspect=ops.InspectRequest("modules")),
+    StoredView("inspect", inspect=ops.InspectRequest("weights")),
+    StoredView("inspect", inspect=ops.InspectRequest("operators")),
+    StoredView("validate", level="semantic"),
+    StoredView("tensors"),
+)
+#: one computation per answer at a time in this process: readers arriving meanwhile wait for it
+_computing: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
 
 async def run_sync(call: Callable[..., _T], *args: Any) -> _T:
@@ -80,32 +51,94 @@ async def run_sync(call: Callable[..., _T], *args: Any) -> _T:
     return await anyio.to_thread.run_sync(functools.partial(call, *args))
 
 
-def _as_is(result: Any) -> Any:
-    return result
+def fixed(*refs: str) -> bool:
+    """Whether the versions `refs` name are fixed (numbers), not aliases or `latest`, which may
+    move to another version."""
+    return all(ref.isdigit() for ref in refs)
+
+
+def cache_headers(name: str, immutable: bool) -> dict[str, str]:
+    """The headers of the kept answer `name`: its name as the ETag; kept by the browser for good
+    when the address names fixed versions (a version number names one archive for good),
+    revalidated first when it names an alias or `latest`. Private: reading may need a token."""
+    control = "private, max-age=31536000, immutable" if immutable else "private, no-cache"
+    return {"ETag": f'"{name}"', "Cache-Control": control}
+
+
+def held(request: Request, headers: dict[str, str]) -> bool:
+    """Whether the client holds the answer `headers` name (If-None-Match)."""
+    return etag_matches(request.headers.get("if-none-match"), headers["ETag"])
 
 
 async def on_stored(
     request: Request,
-    key: Hashable,
+    registry: Registry,
+    name: str,
+    immutable: bool,
     stored: list[StoredArchive],
-    job: Callable[[*_Ts], _R],
+    job: Callable[[*_Ts, Path], None],
     args: tuple[*_Ts],
-    shape: Callable[[_R], Any] = _as_is,
 ) -> Response:
-    """The JSON answer `job` (a job of app.jobs) computes from its `args` and `stored`
-    archives, held by `key`: computed once, under the admission budget an upload of their
-    documents would get, in a document worker when they are large (never parsed in this
-    process above the inline size); later readers get the held bytes."""
-    answers = answers_of(request)
-    body = answers.get(key)
-    if body is None:
-        lock = answers.computing.setdefault(key, asyncio.Lock())
+    """The kept answer `name` (`kept`), or 304 to a client that holds it."""
+    headers = cache_headers(name, immutable)
+    if held(request, headers):
+        return Response(status_code=304, headers=headers)
+    path = await kept(request, registry, name, stored, job, args)
+    return FileResponse(path, media_type=_JSON, headers=headers)
+
+
+async def kept(
+    request: Request,
+    registry: Registry,
+    name: str,
+    stored: list[StoredArchive],
+    job: Callable[[*_Ts, Path], None],
+    args: tuple[*_Ts],
+) -> Path:
+    """The file of the kept answer `name`, which `job` (a job of app.jobs) writes from its
+    `args` and the `stored` archives to the path it is given last: computed once, under the
+    admission budget an upload of their documents would get, in a document worker when they are
+    large (never parsed in this process above the inline size); later readers get the file."""
+    path = answer_path(registry.settings, name)
+    if not path.exists():
+        lock = _computing.setdefault(name, asyncio.Lock())
         async with lock:
-            body = answers.get(key)
-            if body is None:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
                 size = sum(archive.document_bytes for archive in stored)
                 async with admit_bytes(request, size) as work:
-                    result = await run_sync(work.run, job, *args)
-                body = to_json(shape(result))
-                answers.put(key, body)
-    return Response(body, media_type=_JSON)
+                    await run_sync(work.run, job, *args, path)
+    return path
+
+
+def diff_answer(was: VersionInfo, old: str, now: VersionInfo, new: str) -> tuple[str, str | None]:
+    """The name of the kept diff from version `was` (archive digest `old`) to `now` (`new`),
+    and the model it compares (None: the archives' only models, named differently)."""
+    model = now.archive_model if was.archive_model == now.archive_model else None
+    return answer_name([old, new], view_name("diff", model)), model
+
+
+def warm(registry: Registry, runner: DocumentRunner, info: VersionInfo) -> None:
+    """Compute a freshly pushed version's page views (from one reading of its archive) and its
+    diff from the version before it, ahead of their first visit (a background task, in a
+    document worker whatever the size: a view that fails answers its problem when asked)."""
+    settings = registry.settings
+    _, stored = registry.stored(info.model, str(info.version))
+    model = info.archive_model
+    views = [(v, answer_path(settings, v.answer(stored.digest, model))) for v in PAGE_VIEWS]
+    missing = [(view, path) for view, path in views if not path.exists()]
+    limit = runner.spec.time_limit(stored.document_bytes)
+    if missing:
+        answer_path(settings, "").parent.mkdir(parents=True, exist_ok=True)
+        runner.submit(job_stored_views, stored, settings, model, missing, timeout_s=limit)
+    if info.version == 1:
+        return
+    try:
+        was, old = registry.stored(info.model, str(info.version - 1))
+    except Failure:
+        return  # the version before is deleted
+    name, compared = diff_answer(was, old.digest, info, stored.digest)
+    path = answer_path(settings, name)
+    if not path.exists():
+        limit = runner.spec.time_limit(old.document_bytes + stored.document_bytes)
+        runner.submit(job_stored_diff, old, stored, settings, compared, path, timeout_s=limit)

@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse, Response
-from pydantic import BaseModel
 
 from app import operations as ops
 from app.api.deps import (
@@ -19,23 +18,19 @@ from app.api.deps import (
     documents_of,
 )
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
-from app.api.graphs import upload_graph, version_graph_file
+from app.api.graphs import graph_answer, upload_graph, version_graph_file
 from app.api.registry import RegistryDep
-from app.api.stored import on_stored, run_sync
+from app.api.stored import cache_headers, fixed, held, on_stored, run_sync
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
-from app.jobs.documents import (
-    job_stored_inspect,
-    job_stored_node,
-    job_stored_ranges,
-    job_stored_tensor_values,
-    job_stored_validate,
-)
+from app.jobs.documents import StoredView, job_stored_view
 from app.programs.findings import Report
 from app.programs.inspect.graph_view import ProgramGraph, SymbolRange
-from app.programs.inspect.registry import InspectAnswer, answer
+from app.programs.inspect.registry import InspectAnswer
 from app.programs.node_details import NodeDetails
 from app.programs.values import TensorValues
+from app.registry.store import Registry
+from app.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["views"])
 
@@ -57,10 +52,6 @@ _GRAPH_DOC: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _matches(header: str | None, etag: str) -> bool:
-    return header is not None and etag in (t.strip().removeprefix("W/") for t in header.split(","))
-
-
 @router.get(
     "/models/{name}/versions/{ref}/graph",
     response_class=Response,
@@ -77,9 +68,8 @@ def version_graph(name: str, ref: str, request: Request, registry: RegistryDep) 
     info = registry.version(name, ref)
     # The archive digest covers every byte the answer is built from (and names its file, built
     # once: app.api.graphs), so an unchanged ETag means an unchanged answer.
-    etag = f'"graph-{info.digests.archive}"'
-    headers = {"ETag": etag, "Cache-Control": "no-cache"}
-    if info.deleted_at is None and _matches(request.headers.get("if-none-match"), etag):
+    headers = cache_headers(graph_answer(info.digests.archive), fixed(ref))
+    if info.deleted_at is None and held(request, headers):
         return Response(status_code=304, headers=headers)
     path = version_graph_file(registry, documents_of(request), name, str(info.version))
     return FileResponse(path, media_type=_JSON, headers=headers)
@@ -132,14 +122,8 @@ async def version_inspect(
     request: InspectDep,
 ) -> Response:
     """A stored version through one view of `POST /v1/inspect` (same parameters)."""
-    info, stored = await run_sync(registry.stored, name, ref)
-
-    def shaped(result: BaseModel) -> BaseModel:
-        return answer(request.view, result)
-
-    args = (stored, settings, request, info.archive_model)
-    key = (stored.digest, "inspect", request)
-    return await on_stored(http, key, [stored], job_stored_inspect, args, shaped)
+    view = StoredView("inspect", inspect=request)
+    return await _stored_view(http, registry, settings, name, ref, view)
 
 
 @router.get(
@@ -147,15 +131,13 @@ async def version_inspect(
     response_model=list[ops.TensorSummary],
     responses=problem_responses(*_VERSION_PROBLEMS),
 )
-async def version_tensors(name: str, ref: str, registry: RegistryDep) -> list[ops.TensorSummary]:
+async def version_tensors(
+    name: str, ref: str, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
     """Each tensor a stored version holds, by name: dtype, shape, bytes and sha256, and the
     digest its weights digest is built from."""
-
-    def summaries() -> list[ops.TensorSummary]:
-        with registry.source(name, ref) as (info, source):
-            return ops.tensor_summaries(source, info.archive_model)
-
-    return await run_sync(summaries)
+    view = StoredView("tensors")
+    return await _stored_view(request, registry, settings, name, ref, view)
 
 
 @router.get(
@@ -169,10 +151,8 @@ async def version_tensor_stats(
     """Each tensor a stored version holds, by name, with its values at a glance: min, max,
     mean and standard deviation of its finite elements, and how many are zero, NaN or
     infinite (read by numpy from the stored archive, in a document worker when it is large)."""
-    info, stored = await run_sync(registry.stored, name, ref)
-    args = (stored, settings, info.archive_model)
-    key = (stored.digest, "tensor-stats")
-    return await on_stored(request, key, [stored], job_stored_tensor_values, args)
+    view = StoredView("tensor-stats")
+    return await _stored_view(request, registry, settings, name, ref, view)
 
 
 @router.get(
@@ -193,10 +173,8 @@ async def version_node(
     position in that graph): every argument (tensors with dtype and shape, literals as
     written), every output, and where it came from (module stack, source function, the Python
     stack trace the exporter recorded)."""
-    info, stored = await run_sync(registry.stored, name, ref)
-    args = (stored, settings, info.archive_model, graph, position)
-    key = (stored.digest, "node", graph, position)
-    return await on_stored(request, key, [stored], job_stored_node, args)
+    view = StoredView("node", graph=graph, position=position)
+    return await _stored_view(request, registry, settings, name, ref, view)
 
 
 @router.get(
@@ -214,10 +192,8 @@ async def version_validate(
 ) -> Response:
     """A stored version's validation report at level schema or semantic (every version passed
     level torch when it was pushed)."""
-    info, stored = await run_sync(registry.stored, name, ref)
-    args = (stored, settings, level, info.archive_model)
-    key = (stored.digest, "validate", level)
-    return await on_stored(request, key, [stored], job_stored_validate, args)
+    view = StoredView("validate", level=level)
+    return await _stored_view(request, registry, settings, name, ref, view)
 
 
 @router.get(
@@ -229,6 +205,21 @@ async def version_ranges(
     name: str, ref: str, request: Request, registry: RegistryDep, settings: SettingsDep
 ) -> Response:
     """The ranges of a stored version's shape symbols (the dynamic dimensions of its inputs)."""
+    view = StoredView("ranges")
+    return await _stored_view(request, registry, settings, name, ref, view)
+
+
+async def _stored_view(
+    request: Request,
+    registry: Registry,
+    settings: Settings,
+    name: str,
+    ref: str,
+    view: StoredView,
+) -> Response:
+    """One view of a stored version, kept once computed (app.api.stored)."""
     info, stored = await run_sync(registry.stored, name, ref)
-    args = (stored, settings, info.archive_model)
-    return await on_stored(request, (stored.digest, "ranges"), [stored], job_stored_ranges, args)
+    model = info.archive_model
+    kept = view.answer(stored.digest, model)
+    args = (stored, settings, model, view)
+    return await on_stored(request, registry, kept, fixed(ref), [stored], job_stored_view, args)

@@ -25,7 +25,7 @@ def _gc(args: argparse.Namespace) -> int:
     human = (
         f"{verb} {len(report.objects)} objects ({report.freed_bytes} bytes), "
         f"{len(report.archives)} archive layouts, {len(report.strays)} strays, "
-        f"{len(report.uploads)} unfinished uploads, {len(report.graph_answers)} graph answers"
+        f"{len(report.uploads)} unfinished uploads, {len(report.answers)} kept answers"
     )
     emit(args, report.model_dump(mode="json"), human)
     return EXIT_OK
@@ -37,7 +37,7 @@ def register(sub: Subcommands, shared: Parser) -> None:
     commands = group.add_subparsers(dest="registry_command", required=True, parser_class=Parser)
     gc = commands.add_parser(
         "gc",
-        help="remove blob objects, unfinished uploads and graph answers no kept version needs "
+        help="remove blob objects, unfinished uploads and kept answers no kept version needs "
         "(safe while pushes run)",
         parents=[shared],
     )

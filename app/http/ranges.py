@@ -29,7 +29,8 @@ MAX_RANGES = 16
 Span = tuple[int, int]
 
 
-def _etag_matches(header: str | None, etag: str) -> bool:
+def etag_matches(header: str | None, etag: str) -> bool:
+    """Whether an If-None-Match `header` names the (quoted) `etag`, or any."""
     if header is None:
         return False
     tags = [t.strip().removeprefix("W/") for t in header.split(",")]
@@ -225,7 +226,7 @@ def _bytes_response(
 ) -> Response:
     quoted = f'"{etag}"'
     common = {**headers, "ETag": quoted, "Accept-Ranges": "bytes"}
-    if _etag_matches(request.headers.get("if-none-match"), quoted):
+    if etag_matches(request.headers.get("if-none-match"), quoted):
         handle.close()
         return Response(status_code=304, headers=common)
     size = handle.seek(0, 2)

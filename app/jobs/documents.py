@@ -18,20 +18,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 import schema
 from app import operations as ops
+from app.failure import Failure
+from app.files import write_atomic
 from app.jobs.runners import TorchRunner
 from app.jobs.torch import job_deserialize_to_pt2, job_torch_check
 from app.programs.diff import ProgramDiff
 from app.programs.findings import Level, Report
-from app.programs.inspect.graph_view import SymbolRange, symbol_ranges
-from app.programs.node_details import NodeDetails, node_details
+from app.programs.inspect.graph_view import symbol_ranges
+from app.programs.inspect.registry import answer
+from app.programs.node_details import node_details
 from app.programs.torch_check import TorchCheck
-from app.programs.values import TensorValues
+from app.registry.answers import answer_name, view_name
 from app.registry.stored import StoredArchive, stored_objects, stored_source
 from app.settings import Settings
 from app.tensors.sources import TensorSource
@@ -243,14 +248,6 @@ def job_compat(upload: UploadedProgram, settings: Settings, model: str | None) -
         return ops.compat(source, settings, model)
 
 
-def job_stored_validate(
-    stored: StoredArchive, settings: Settings, level: Level, model: str
-) -> Report:
-    """A stored version's validation report at level schema or semantic."""
-    with stored_source(stored, settings) as source:
-        return ops.check(source, level, settings, model)
-
-
 def job_stored_check(
     stored: StoredArchive, settings: Settings, model: str, folder: Path
 ) -> Checked:
@@ -264,39 +261,70 @@ def job_stored_check(
     return job_check(upload, settings, "torch", model, None, folder / "document.json")
 
 
-def job_stored_inspect(
-    stored: StoredArchive, settings: Settings, request: ops.InspectRequest, model: str
-) -> BaseModel:
-    """One view of what is in a stored version."""
-    with stored_source(stored, settings) as source:
-        return ops.inspect(source, settings, request, model)
+@dataclass(frozen=True)
+class StoredView:
+    """One view of a stored version, as the service keeps it (app/api/views.py): an inspection
+    view, the validation report at level schema or semantic, its symbols' ranges, its tensors'
+    summaries or value statistics, or one node's details."""
+
+    kind: Literal["inspect", "validate", "ranges", "tensors", "tensor-stats", "node"]
+    inspect: ops.InspectRequest | None = None
+    level: Level = "semantic"
+    #: a node's graph (its index in the graph answer) and position in it
+    graph: int = 0
+    position: int = 0
+
+    def answer(self, archive: str, model: str) -> str:
+        """The name the view of model `model` of the archive `archive` (its digest) is kept
+        under (app/registry/answers.py)."""
+        parameters = (self.inspect, self.level, self.graph, self.position, model)
+        return answer_name([archive], view_name(self.kind, *parameters))
 
 
-def job_stored_ranges(stored: StoredArchive, settings: Settings, model: str) -> list[SymbolRange]:
-    """The ranges of a stored version's shape symbols."""
-    with stored_source(stored, settings) as source:
+def stored_view(source: ops.Source, settings: Settings, view: StoredView, model: str) -> object:
+    """The answer of one view of a source (its document read once per source: the views after
+    the first reuse it)."""
+    if view.kind == "inspect":
+        assert view.inspect is not None
+        return answer(view.inspect.view, ops.inspect(source, settings, view.inspect, model))
+    if view.kind == "validate":
+        return ops.check(source, view.level, settings, model)
+    if view.kind == "ranges":
         return symbol_ranges(ops.read_document(source, model, settings).doc)
-
-
-def job_stored_tensor_values(
-    stored: StoredArchive, settings: Settings, model: str
-) -> list[TensorValues]:
-    """The value statistics of each tensor a stored version holds."""
-    with stored_source(stored, settings) as source:
+    if view.kind == "node":
+        doc = ops.read_document(source, model, settings).doc
+        return node_details(doc, view.graph, view.position)
+    if view.kind == "tensor-stats":
         return ops.tensor_value_stats(source, model)
+    return ops.tensor_summaries(source, model)
 
 
-def job_stored_node(
-    stored: StoredArchive, settings: Settings, model: str, graph: int, position: int
-) -> NodeDetails:
-    """One node of a stored version: arguments, outputs and where it came from."""
+def job_stored_view(
+    stored: StoredArchive, settings: Settings, model: str, view: StoredView, target: Path
+) -> None:
+    """Write one view of a stored version to `target`, atomically (its failure raised)."""
     with stored_source(stored, settings) as source:
-        return node_details(ops.read_document(source, model, settings).doc, graph, position)
+        write_atomic(target, to_json(stored_view(source, settings, view, model)))
+
+
+def job_stored_views(
+    stored: StoredArchive, settings: Settings, model: str, views: list[tuple[StoredView, Path]]
+) -> None:
+    """Write each view of a stored version to its path, from one reading of the archive (the
+    answers computed ahead of a page's first visit): a view that fails is left unwritten, and
+    answers its problem when it is asked for."""
+    with stored_source(stored, settings) as source:
+        for view, target in views:
+            try:
+                body = to_json(stored_view(source, settings, view, model))
+            except Failure:
+                continue
+            write_atomic(target, body)
 
 
 def job_stored_diff(
-    old: StoredArchive, new: StoredArchive, settings: Settings, model: str | None
-) -> ProgramDiff:
-    """What changed between one model of two stored versions."""
+    old: StoredArchive, new: StoredArchive, settings: Settings, model: str | None, target: Path
+) -> None:
+    """Write what changed between one model of two stored versions to `target`, atomically."""
     with stored_source(old, settings) as was, stored_source(new, settings) as now:
-        return ops.program_diff(was, now, settings, model)
+        write_atomic(target, ops.program_diff(was, now, settings, model).model_dump_json().encode())

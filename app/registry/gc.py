@@ -11,8 +11,8 @@ push's final transaction, which holds the lock shared, re-stores whatever was ta
 claim and its commit, so gc and pushes can race freely (see `objects`). Objects the store holds
 with no row at all (a push that died between its claim's rollback and its upload) are collected
 once they are older than the grace, and so are an object store's unfinished multipart uploads (a
-replica killed mid-upload). Graph answers the API stored for archives no kept version has are
-removed too.
+replica killed mid-upload). Answers the API kept about archives no kept version has (graphs,
+views, diffs: app/registry/answers.py) are removed too.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
-from pathlib import Path
 
 from pydantic import BaseModel
 from sqlalchemy import Connection, delete, or_, select
 
-from app.registry.blobs import BlobStore, is_digest
+from app.registry.answers import dead_answers
+from app.registry.blobs import BlobStore
 from app.registry.db import Database, now, versions
 from app.registry.objects import (
     archive_objects,
@@ -55,8 +55,9 @@ class GcReport(BaseModel):
     strays: list[str]
     #: unfinished uploads begun before the claim grace ("<key> <upload id>"), aborted
     uploads: list[str]
-    #: stored graph answers (by archive digest) of archives no kept version has
-    graph_answers: list[str]
+    #: kept answers (graphs, views, diffs; by name: the archive digests they are computed
+    #: from and the view) of archives no kept version has
+    answers: list[str]
 
 
 def _kept(conn: Connection, settings: Settings) -> set[str]:
@@ -101,7 +102,7 @@ def collect(db: Database, blobs: BlobStore, settings: Settings, dry_run: bool = 
         doomed = old - kept
         sizes = _unrecorded(conn, blobs, kept, doomed, stamp.timestamp())
         strays = blobs.objects.strays()
-        answers = _dead_answers(settings, kept)
+        answers = dead_answers(settings, kept)
         if not dry_run:
             _remove(conn, blobs, sorted(doomed | set(sizes)), sorted(doomed), archives)
             for name in strays:
@@ -115,7 +116,7 @@ def collect(db: Database, blobs: BlobStore, settings: Settings, dry_run: bool = 
         archives=archives,
         strays=strays,
         uploads=[f"{u.key} {u.upload_id}" for u in uploads],
-        graph_answers=[p.stem for p in answers],
+        answers=[p.stem for p in answers],
     )
 
 
@@ -145,23 +146,6 @@ def _remove(
     for chunk in chunks(archives):
         conn.execute(delete(archive_objects).where(archive_objects.c.archive_digest.in_(chunk)))
         conn.execute(delete(blob_archives).where(blob_archives.c.digest.in_(chunk)))
-
-
-def graph_answers(settings: Settings) -> Path:
-    """The folder of stored graph answers, ``<archive digest>.json`` each (app/api/graphs.py
-    writes them after a push; gc removes those of archives no kept version has)."""
-    return settings.data_dir / "graphs"
-
-
-def _dead_answers(settings: Settings, kept: set[str]) -> list[Path]:
-    folder = graph_answers(settings)
-    if not folder.is_dir():
-        return []
-    return sorted(
-        path
-        for path in folder.iterdir()
-        if path.suffix == ".json" and is_digest(path.stem) and path.stem not in kept
-    )
 
 
 class Periodic:

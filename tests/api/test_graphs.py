@@ -91,14 +91,14 @@ def test_a_stored_versions_graph_is_built_in_a_worker_when_first_viewed(
         staged.discard()
     # pushed without the route: no answer was built after the push
     info = registry.push("cond", candidate).version
-    kept = settings.data_dir / "graphs" / f"{info.digests.archive}.json"
+    kept = settings.data_dir / "answers" / f"{info.digests.archive}.graph.json"
     assert not kept.exists()
     answer = client.get("/v1/models/cond/versions/1/graph")
     assert answer.status_code == 200, answer.text
     with registry.source("cond", "1") as (_, source):
         document = source.documents[info.archive_model]
     assert answer.content == _expected(document) == kept.read_bytes()
-    assert answer.headers["etag"] == f'"graph-{info.digests.archive}"'
+    assert answer.headers["etag"] == f'"{info.digests.archive}.graph"'
     # the stored document handed to the worker is gone with its folder
     assert not list(settings.data_dir.parent.glob("pt2serde-graph-*"))
     assert not built_here.called

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.api.graphs import version_graph_file
+from app.registry.answers import answers_folder
 from app.registry.blobs.s3 import S3Objects
-from app.registry.gc import collect, graph_answers
+from app.registry.gc import collect
 from app.registry.store import Registry
 from app.workers.runner import DocumentRunner
 from tests.registry.conftest import Backend, make_backend
@@ -79,18 +80,18 @@ def test_gc_removes_graph_answers_of_collected_versions(
         built = [version_graph_file(registry, runner, "m", str(v.version)) for v in (first, second)]
     finally:
         runner.close()
-    folder = graph_answers(registry.settings)
+    folder = answers_folder(registry.settings)
     assert sorted(built) == sorted(folder.glob("*.json"))
     # a half-written answer's temporary file is not an answer
-    partial = folder / f".{first.digests.archive}.json.x.part"
+    partial = folder / f".{first.digests.archive}.graph.json.x.part"
     partial.write_bytes(b"{")
     registry.delete_version("m", "1", "superseded")
     graced = backend.settings(gc_deleted_grace_s=3600.0)
-    assert collect(registry.db, registry.blobs, graced).graph_answers == []
+    assert collect(registry.db, registry.blobs, graced).answers == []
     assert all(path.is_file() for path in built)
     dry = registry.gc(dry_run=True)
-    assert dry.graph_answers == [first.digests.archive]
+    assert dry.answers == [f"{first.digests.archive}.graph"]
     assert built[0].is_file()
-    assert registry.gc().graph_answers == [first.digests.archive]
+    assert registry.gc().answers == [f"{first.digests.archive}.graph"]
     assert sorted(folder.iterdir()) == sorted([built[1], partial])
-    assert registry.gc().graph_answers == []
+    assert registry.gc().answers == []
