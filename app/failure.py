@@ -183,6 +183,7 @@ ProblemCode = Literal[
     "unsafe-treespec",
     "unsupported-media-type",
     "unsupported-schema-major",
+    "upload-not-found",
     "version-deleted",
     "version-has-aliases",
     "version-not-found",

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     #: the Retry-After (seconds) of a 503 service-busy.
     admission_retry_after_s: int = 5
     max_upload_bytes: int = Limits.max_upload_bytes
+    #: an upload held for later requests (POST /v1/uploads: the web UI's "Try a file" sends a
+    #: file once, then names it) is removed this many seconds after its last use
+    held_upload_s: float = 600.0
+    #: the bytes of held uploads kept at most (the least recently used go first)
+    held_uploads_bytes: int = 2048 * MiB
     #: a request body that sends nothing for this many seconds is cut off (408).
     body_idle_timeout_s: float = 30.0
     #: a plain request body of at least this many bytes (with a Content-Length) is spliced from

@@ -21,8 +21,9 @@ DOCUMENT_BODY = {
 }
 
 
-#: The problems of reading an upload at all (app.http.uploads).
-_UPLOAD_PROBLEMS: tuple[ProblemCode, ...] = (
+#: The problems of reading an upload at all (app.http.uploads; a held one, ?upload=, may be gone).
+UPLOAD_PROBLEMS: tuple[ProblemCode, ...] = (
+    "upload-not-found",
     "bad-request",
     "bad-multipart",
     "too-many-parts",
@@ -34,7 +35,7 @@ _UPLOAD_PROBLEMS: tuple[ProblemCode, ...] = (
 )
 #: ... and of reading a program from it (app.operations: open, bound, parse, screen).
 READ_PROBLEMS: tuple[ProblemCode, ...] = (
-    *_UPLOAD_PROBLEMS,
+    *UPLOAD_PROBLEMS,
     "archive-corrupt",
     "invalid-document",
     "unsupported-schema-major",

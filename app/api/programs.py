@@ -30,12 +30,19 @@ from app.api.deps import (
     pool_of,
     settings_of,
 )
-from app.api.docs import DOCUMENT_BODY, READ_PROBLEMS, TORCH_PROBLEMS, ZIP, request_body
+from app.api.docs import (
+    DOCUMENT_BODY,
+    READ_PROBLEMS,
+    TORCH_PROBLEMS,
+    UPLOAD_PROBLEMS,
+    ZIP,
+    request_body,
+)
 from app.archive import ManifestEntry
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.http.spliced import SplicedResponse
-from app.http.uploads import Part, Upload, receive
+from app.http.uploads import Part, Upload, hold, receive
 from app.jobs import documents as jobs
 from app.jobs.torch import job_splice_pt2
 from app.programs.diff import ProgramDiff, render_text
@@ -97,6 +104,34 @@ def _archive_part(part: Part) -> Part:
     if part.media != "zip":
         raise ServiceError("unsupported-media-type", "this endpoint takes a .pt2 archive")
     return part
+
+
+class HeldUpload(BaseModel):
+    """An upload held for later requests: each names it as ``?upload=<upload>`` and sends no
+    body (the web UI's "Try a file" sends a file once for its five answers)."""
+
+    #: the sha256 of its bytes
+    upload: str
+    size: int
+    #: it is removed this many seconds after its last use
+    expires_after_s: float
+
+
+@router.post(
+    "/uploads",
+    status_code=201,
+    response_model=HeldUpload,
+    openapi_extra=request_body("file"),
+    responses=problem_responses(*UPLOAD_PROBLEMS),
+)
+def hold_upload(upload: UploadDep, settings: SettingsDep) -> HeldUpload:
+    """Hold a .pt2 or a document (or any upload a route reads as its `file`) for the requests
+    that follow: each names it with ``?upload=<sha256>`` instead of sending it again. It is
+    read as any upload is (same size limit, never run), and removed a while after its last use
+    (`expires_after_s`) or sooner when held uploads need the room."""
+    part = upload.one("file", "document")
+    held = hold(settings, part)
+    return HeldUpload(upload=held, size=part.size, expires_after_s=settings.held_upload_s)
 
 
 @router.post(

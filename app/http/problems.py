@@ -50,7 +50,14 @@ register(
         "missing-part": "A required part of the request is missing",
     },
 )
-register(404, {"not-found": "No such resource", "unknown-schema-version": "Unknown schema version"})
+register(
+    404,
+    {
+        "not-found": "No such resource",
+        "unknown-schema-version": "Unknown schema version",
+        "upload-not-found": "No held upload of that digest (never sent, or expired)",
+    },
+)
 register(405, {"method-not-allowed": "Method not allowed on this resource"})
 register(
     408,

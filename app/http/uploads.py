@@ -9,9 +9,13 @@ registry streams its archive straight into its staging area).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -434,7 +438,13 @@ _FORM_OVERHEAD = 1 << 20
 @asynccontextmanager
 async def receive(request: Request, settings: Settings, hint: str = "") -> AsyncIterator[Upload]:
     """The request's parts on disk, removed when the context ends, whatever happens; `hint` ends
-    a payload-too-large detail (where else to turn)."""
+    a payload-too-large detail (where else to turn). A request naming a held upload
+    (``?upload=<sha256>``, `hold`) sends no body: that upload is its plain body."""
+    held = request.query_params.get("upload")
+    if held is not None:
+        async with _held(settings, held) as upload:
+            yield upload
+        return
     media_type, options = content_type(request)
     accepted = _ZIP_TYPES | _JSON_TYPES | _OPAQUE_TYPES | {"multipart/form-data"}
     if media_type not in accepted or not media_type:
@@ -463,3 +473,93 @@ async def receive(request: Request, settings: Settings, hint: str = "") -> Async
             yield Upload({"body": Part("body", raw, size, _media(media_type, raw))})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- held uploads
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def held_folder(settings: Settings) -> Path:
+    """Where held uploads are kept (shared by the HTTP processes of one data directory)."""
+    return settings.data_dir / "uploads"
+
+
+def hold(settings: Settings, part: Part) -> str:
+    """Keep a received part for later requests, named by the sha256 of its bytes (which only
+    who has the bytes can know): the name a request gives as ``?upload=``. Held uploads are
+    removed `held_upload_s` after their last use, and the least recently used past
+    `held_uploads_bytes`; they are only ever read as a request's body is, never run."""
+    digest = hashlib.sha256()
+    with part.path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    name = digest.hexdigest()
+    folder = held_folder(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(part.path, folder / name)
+    except OSError:
+        # another file system: copied beside it first, so no reader sees half of it
+        fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+        with os.fdopen(fd, "wb") as out, part.path.open("rb") as file:
+            shutil.copyfileobj(file, out, 1 << 20)
+        os.replace(temporary, folder / name)
+    _sweep(folder, settings, keep=name)
+    return name
+
+
+def _sweep(folder: Path, settings: Settings, keep: str) -> None:
+    """Remove expired held uploads, then the least recently used past the byte budget."""
+    now = time.time()
+    held: list[tuple[float, int, Path]] = []
+    for path in folder.iterdir():
+        if not _DIGEST.fullmatch(path.name):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            found = path.stat()
+            if path.name != keep and now - found.st_mtime > settings.held_upload_s:
+                path.unlink(missing_ok=True)
+            else:
+                held.append((found.st_mtime, found.st_size, path))
+    total = sum(size for _, size, _ in held)
+    for _, size, path in sorted(held):
+        if total <= settings.held_uploads_bytes or path.name == keep:
+            continue
+        path.unlink(missing_ok=True)
+        total -= size
+
+
+@asynccontextmanager
+async def _held(settings: Settings, name: str) -> AsyncIterator[Upload]:
+    """The held upload `name` as a request's plain body (a link to it in a folder of the
+    request's own, removed when the context ends); upload-not-found when there is none."""
+    source = held_folder(settings) / name
+    folder = Path(tempfile.mkdtemp(prefix="pt2serde-upload-"))
+    try:
+        raw = folder / "body"
+        try:
+            if not _DIGEST.fullmatch(name):
+                raise FileNotFoundError(name)
+            # a use keeps it another while
+            os.utime(source)
+            _link_or_copy(source, raw)
+        except FileNotFoundError:
+            raise ServiceError(
+                "upload-not-found", f"no held upload {name[:64]!r}: send it (POST /v1/uploads)"
+            ) from None
+        size = raw.stat().st_size
+        yield Upload({"body": Part("body", raw, size, _media("", raw))})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """`source` at `target` too: a hard link (a sweep removing the held file leaves the
+    request's), or a copy across file systems."""
+    try:
+        os.link(source, target)
+    except OSError as failed:
+        if isinstance(failed, FileNotFoundError):
+            raise
+        shutil.copyfile(source, target)

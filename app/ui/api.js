@@ -1,4 +1,8 @@
-// The public API, and nothing else: every figure a page shows can be had with curl.
+// The public API, and nothing else: every figure a page shows can be had with curl. Every
+// request goes through `tracked`, so that one still running after 300 ms shows the busy
+// indicator (dom.js).
+
+import { busyEnd, busyProgress, busyStart } from "./dom.js";
 
 export class ApiError extends Error {
   constructor(problem) {
@@ -18,29 +22,76 @@ async function failure(response) {
   return new ApiError(problem);
 }
 
+// `fetch(path, options)`'s answer read by `read` (the response itself by default), under the
+// busy indicator.
+async function tracked(path, options, read = (response) => response) {
+  busyStart();
+  try {
+    const response = await fetch(path, options);
+    if (!response.ok) throw await failure(response);
+    return await read(response);
+  } finally {
+    busyEnd();
+  }
+}
+
+const ACCEPT = { headers: { Accept: "application/json" } };
+
 export async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
-  if (!response.ok) throw await failure(response);
-  return response.json();
+  return tracked(path, ACCEPT, (r) => r.json());
 }
 
 // The body as text, so that a page can time its transfer and its parse apart.
 export async function getText(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
-  if (!response.ok) throw await failure(response);
-  return response.text();
+  return tracked(path, ACCEPT, (r) => r.text());
+}
+
+function form(files) {
+  const data = new FormData();
+  for (const [name, file] of Object.entries(files)) data.append(name, file, file.name || name);
+  return data;
 }
 
 export async function postFiles(path, files) {
-  const form = new FormData();
-  for (const [name, file] of Object.entries(files)) form.append(name, file, file.name || name);
-  const response = await fetch(path, { method: "POST", body: form });
-  if (!response.ok) throw await failure(response);
-  return response;
+  return tracked(path, { method: "POST", body: form(files) });
 }
 
 export async function postJSONFiles(path, files) {
-  return (await postFiles(path, files)).json();
+  return tracked(path, { method: "POST", body: form(files) }, (r) => r.json());
+}
+
+// A POST naming a held upload (`hold`) instead of sending it again.
+function held(path, upload) {
+  return `${path}${path.includes("?") ? "&" : "?"}upload=${enc(upload)}`;
+}
+
+export async function postHeld(path, upload) {
+  return tracked(held(path, upload), { method: "POST" });
+}
+
+export async function postHeldJSON(path, upload) {
+  return tracked(held(path, upload), { method: "POST" }, (r) => r.json());
+}
+
+// Send `file` once to be held for the requests after it (POST /v1/uploads): its sha256 name.
+// XMLHttpRequest, not fetch: only it reports how much of a body was sent.
+export function hold(file) {
+  busyStart();
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    request.open("POST", "/v1/uploads");
+    request.responseType = "json";
+    request.upload.addEventListener("progress", (event) => busyProgress(event.loaded, event.total || file.size));
+    request.addEventListener("load", () => {
+      if (request.status === 201) resolve(request.response.upload);
+      else {
+        const problem = request.response && typeof request.response === "object" ? request.response : { status: request.status, title: request.statusText, detail: "" };
+        reject(new ApiError(problem));
+      }
+    });
+    request.addEventListener("error", () => reject(new Error("the upload did not reach the server")));
+    request.send(form({ file }));
+  }).finally(busyEnd);
 }
 
 export function enc(text) {

@@ -191,3 +191,66 @@ export function shape(value) {
   if (!value.shape) return value.kind;
   return `${dtypeName(value.dtype)}[${value.shape.join(", ")}]`;
 }
+
+// The busy indicator: shown once a request has been in flight for 300 ms (a quicker answer
+// never flashes it), until no request is; the page's main region is aria-busy meanwhile. An
+// upload fills its bar with the share sent (a determinate progressbar); otherwise the bar runs.
+const BUSY_AFTER_MS = 300;
+let inFlight = 0;
+let busyTimer = null;
+let busyBox = null;
+
+function busyElement() {
+  if (!busyBox) {
+    const bar = h("div", { class: "busy-bar", role: "progressbar", "aria-label": "Waiting for the server" }, h("span", null));
+    busyBox = h("div", { id: "busy", class: "busy", role: "status", "aria-live": "polite", hidden: true }, bar, h("span", { class: "busy-text" }, "Loading…"));
+    document.body.append(busyBox);
+  }
+  return busyBox;
+}
+
+function showBusy() {
+  busyTimer = null;
+  busyElement().hidden = false;
+  document.getElementById("main")?.setAttribute("aria-busy", "true");
+}
+
+// A request starts: the indicator shows if it (or one after it) is still running in 300 ms.
+export function busyStart() {
+  inFlight += 1;
+  if (inFlight === 1) busyTimer = setTimeout(showBusy, BUSY_AFTER_MS);
+}
+
+export function busyEnd() {
+  inFlight = Math.max(0, inFlight - 1);
+  if (inFlight) return;
+  clearTimeout(busyTimer);
+  busyTimer = null;
+  document.getElementById("main")?.removeAttribute("aria-busy");
+  if (!busyBox) return;
+  busyProgress(null);
+  busyBox.hidden = true;
+}
+
+// How far an upload got (`sent` of `total` bytes), or null for a wait of unknown length.
+export function busyProgress(sent, total = 0) {
+  const box = busyElement();
+  const bar = box.querySelector(".busy-bar");
+  const text = box.querySelector(".busy-text");
+  if (sent === null || !total) {
+    for (const name of ["aria-valuenow", "aria-valuemin", "aria-valuemax", "aria-valuetext"]) bar.removeAttribute(name);
+    bar.classList.remove("determinate");
+    bar.firstChild.style.width = "";
+    text.textContent = "Loading…";
+    return;
+  }
+  const percent = Math.round((100 * sent) / total);
+  bar.classList.add("determinate");
+  bar.setAttribute("aria-valuemin", "0");
+  bar.setAttribute("aria-valuemax", "100");
+  bar.setAttribute("aria-valuenow", String(percent));
+  const said = sent < total ? `Uploading: ${bytes(sent)} of ${bytes(total)}` : "Uploaded; waiting for the server";
+  bar.setAttribute("aria-valuetext", said);
+  bar.firstChild.style.width = `${percent}%`;
+  text.textContent = said;
+}

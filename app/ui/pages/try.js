@@ -1,6 +1,6 @@
 // Try a file: validate, hash and inspect a .pt2 or a document without pushing it.
 
-import { postFiles, postJSONFiles } from "../api.js";
+import { hold, postHeld, postHeldJSON } from "../api.js";
 import { clear, digest, errorBox, h, section, table } from "../dom.js";
 import { graphFacts, graphViewer } from "./graph.js";
 import { findingsTable, operatorsTable, weightsTable } from "./version.js";
@@ -20,12 +20,14 @@ export async function tryPage(main) {
     performance.mark("try-start");
     try {
       const zip = file.name.endsWith(".pt2") || file.type === "application/zip";
+      // sent once, then named by each request (POST /v1/uploads)
+      const upload = await hold(file);
       const [report, canonical, graph, operators, weights] = await Promise.all([
-        postJSONFiles(`/v1/validate?level=${level.value}`, { file }),
-        postFiles("/v1/canonicalize", { file }),
-        postFiles("/v1/graph", { file }).then((r) => r.json()),
-        postJSONFiles("/v1/inspect?view=operators", { file }),
-        zip ? postJSONFiles("/v1/inspect?view=weights", { file }) : null,
+        postHeldJSON(`/v1/validate?level=${level.value}`, upload),
+        postHeld("/v1/canonicalize", upload),
+        postHeldJSON("/v1/graph", upload),
+        postHeldJSON("/v1/inspect?view=operators", upload),
+        zip ? postHeldJSON("/v1/inspect?view=weights", upload) : null,
       ]);
       performance.mark("graph-data");
       const headers = canonical.headers;
