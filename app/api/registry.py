@@ -52,6 +52,7 @@ from app.registry.records import (
     VersionPage,
 )
 from app.registry.store import Registry
+from app.registry.stored import StoredArchive
 from app.settings import Settings
 
 
@@ -428,15 +429,25 @@ async def get_diff(
     other, _, against_ref = against.rpartition(":")
     if other:
         await run_sync(ensure, registry, who, other, "read")
-    was, old = await run_sync(registry.stored, other or name, against_ref)
-    now, new = await run_sync(registry.stored, name, ref)
-    answer, model = diff_answer(was, old.digest, now, new.digest)
-    args = (old, new, settings, model)
+    was = await run_sync(registry.version, other or name, against_ref)
+    now = await run_sync(registry.version, name, ref)
+    for info in (was, now):
+        if info.deleted_at is not None:
+            await run_sync(registry.stored, info.model, str(info.version))  # version-deleted
+    answer, model = diff_answer(was, was.digests.archive, now, now.digests.archive)
+
+    def lookup() -> tuple[
+        list[StoredArchive], tuple[StoredArchive, StoredArchive, Settings, str | None]
+    ]:
+        _, old = registry.stored(was.model, str(was.version))
+        _, new = registry.stored(now.model, str(now.version))
+        return [old, new], (old, new, settings, model)
+
     if format == "json":
         still = fixed(ref, against_ref)
-        return await on_stored(request, registry, answer, still, [old, new], job_stored_diff, args)
+        return await on_stored(request, registry, answer, still, job_stored_diff, lookup)
     # the kept answer is the JSON one; a diff is far smaller than the programs it compares
-    path = await kept(request, registry, answer, [old, new], job_stored_diff, args)
+    path = await kept(request, registry, answer, job_stored_diff, lookup)
     diff = await run_sync(ProgramDiff.model_validate_json, await run_sync(path.read_bytes))
     return Response(render_text(diff), media_type="text/plain")
 

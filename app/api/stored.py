@@ -23,10 +23,11 @@ from app.api.deps import admit_bytes
 from app.failure import Failure
 from app.http.ranges import etag_matches
 from app.jobs.documents import StoredView, job_stored_diff, job_stored_views
-from app.registry.answers import answer_name, answer_path, view_name
+from app.registry.answers import answer_name, answer_path, answers_folder, view_name
 from app.registry.records import VersionInfo
 from app.registry.store import Registry
 from app.registry.stored import StoredArchive
+from app.settings import Settings
 from app.workers.runner import DocumentRunner
 
 _JSON = "application/json"
@@ -70,20 +71,25 @@ def held(request: Request, headers: dict[str, str]) -> bool:
     return etag_matches(request.headers.get("if-none-match"), headers["ETag"])
 
 
+#: what a kept answer is computed from, looked up only when it is computed (reading a stored
+#: archive's zip directory costs a tenth of a second on a large one): the archives, and the
+#: job's arguments before the path it writes
+Lookup = Callable[[], tuple[list[StoredArchive], tuple[*_Ts]]]
+
+
 async def on_stored(
     request: Request,
     registry: Registry,
     name: str,
     immutable: bool,
-    stored: list[StoredArchive],
     job: Callable[[*_Ts, Path], None],
-    args: tuple[*_Ts],
+    lookup: Lookup[*_Ts],
 ) -> Response:
     """The kept answer `name` (`kept`), or 304 to a client that holds it."""
     headers = cache_headers(name, immutable)
     if held(request, headers):
         return Response(status_code=304, headers=headers)
-    path = await kept(request, registry, name, stored, job, args)
+    path = await kept(request, registry, name, job, lookup)
     return FileResponse(path, media_type=_JSON, headers=headers)
 
 
@@ -91,20 +97,21 @@ async def kept(
     request: Request,
     registry: Registry,
     name: str,
-    stored: list[StoredArchive],
     job: Callable[[*_Ts, Path], None],
-    args: tuple[*_Ts],
+    lookup: Lookup[*_Ts],
 ) -> Path:
-    """The file of the kept answer `name`, which `job` (a job of app.jobs) writes from its
-    `args` and the `stored` archives to the path it is given last: computed once, under the
-    admission budget an upload of their documents would get, in a document worker when they are
-    large (never parsed in this process above the inline size); later readers get the file."""
+    """The file of the kept answer `name`, which `job` (a job of app.jobs) writes from the
+    archives and arguments `lookup` finds to the path it is given last: computed once, under
+    the admission budget an upload of their documents would get, in a document worker when they
+    are large (never parsed in this process above the inline size); later readers get the
+    file."""
     path = answer_path(registry.settings, name)
     if not path.exists():
         lock = _computing.setdefault(name, asyncio.Lock())
         async with lock:
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
+                stored, args = await run_sync(lookup)
                 size = sum(archive.document_bytes for archive in stored)
                 async with admit_bytes(request, size) as work:
                     await run_sync(work.run, job, *args, path)
@@ -118,6 +125,31 @@ def diff_answer(was: VersionInfo, old: str, now: VersionInfo, new: str) -> tuple
     return answer_name([old, new], view_name("diff", model)), model
 
 
+def _missing_page(settings: Settings, digest: str, model: str) -> list[tuple[StoredView, Path]]:
+    """The version page's views of the archive `digest` not kept yet, with where each goes."""
+    views = [(v, answer_path(settings, v.answer(digest, model))) for v in PAGE_VIEWS]
+    return [(view, path) for view, path in views if not path.exists()]
+
+
+async def kept_page(
+    request: Request, settings: Settings, digest: str, model: str, find: Callable[[], StoredArchive]
+) -> None:
+    """Compute the version page's views of the archive `digest` (`find` looks it up) that are
+    not kept yet, together: the page asks for six at once, which would otherwise read the same
+    program six times at once (and past the admission budget for a large one). A view that
+    fails is left to its own request, which answers its problem."""
+    if not _missing_page(settings, digest, model):
+        return
+    lock = _computing.setdefault(f"{digest}.page", asyncio.Lock())
+    async with lock:
+        if _missing_page(settings, digest, model):
+            stored = await run_sync(find)
+            missing = _missing_page(settings, digest, model)
+            answers_folder(settings).mkdir(parents=True, exist_ok=True)
+            async with admit_bytes(request, stored.document_bytes) as work:
+                await run_sync(work.run, job_stored_views, stored, settings, model, missing)
+
+
 def warm(registry: Registry, runner: DocumentRunner, info: VersionInfo) -> None:
     """Compute a freshly pushed version's page views (from one reading of its archive) and its
     diff from the version before it, ahead of their first visit (a background task, in a
@@ -125,11 +157,10 @@ def warm(registry: Registry, runner: DocumentRunner, info: VersionInfo) -> None:
     settings = registry.settings
     _, stored = registry.stored(info.model, str(info.version))
     model = info.archive_model
-    views = [(v, answer_path(settings, v.answer(stored.digest, model))) for v in PAGE_VIEWS]
-    missing = [(view, path) for view, path in views if not path.exists()]
+    missing = _missing_page(settings, stored.digest, model)
     limit = runner.spec.time_limit(stored.document_bytes)
     if missing:
-        answer_path(settings, "").parent.mkdir(parents=True, exist_ok=True)
+        answers_folder(settings).mkdir(parents=True, exist_ok=True)
         runner.submit(job_stored_views, stored, settings, model, missing, timeout_s=limit)
     if info.version == 1:
         return

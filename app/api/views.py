@@ -20,7 +20,15 @@ from app.api.deps import (
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
 from app.api.graphs import graph_answer, upload_graph, version_graph_file
 from app.api.registry import RegistryDep
-from app.api.stored import cache_headers, fixed, held, on_stored, run_sync
+from app.api.stored import (
+    PAGE_VIEWS,
+    cache_headers,
+    fixed,
+    held,
+    kept_page,
+    on_stored,
+    run_sync,
+)
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
 from app.jobs.documents import StoredView, job_stored_view
@@ -30,6 +38,7 @@ from app.programs.inspect.registry import InspectAnswer
 from app.programs.node_details import NodeDetails
 from app.programs.values import TensorValues
 from app.registry.store import Registry
+from app.registry.stored import StoredArchive
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["views"])
@@ -218,8 +227,20 @@ async def _stored_view(
     view: StoredView,
 ) -> Response:
     """One view of a stored version, kept once computed (app.api.stored)."""
-    info, stored = await run_sync(registry.stored, name, ref)
+    info = await run_sync(registry.version, name, ref)
+    number = str(info.version)
+    if info.deleted_at is not None:
+        await run_sync(registry.stored, name, number)  # refused: version-deleted
     model = info.archive_model
-    kept = view.answer(stored.digest, model)
-    args = (stored, settings, model, view)
-    return await on_stored(request, registry, kept, fixed(ref), [stored], job_stored_view, args)
+    kept = view.answer(info.digests.archive, model)
+
+    def find() -> StoredArchive:
+        return registry.stored(name, number)[1]
+
+    def lookup() -> tuple[list[StoredArchive], tuple[StoredArchive, Settings, str, StoredView]]:
+        stored = find()
+        return [stored], (stored, settings, model, view)
+
+    if view in PAGE_VIEWS and not held(request, cache_headers(kept, fixed(ref))):
+        await kept_page(request, registry.settings, info.digests.archive, model, find)
+    return await on_stored(request, registry, kept, fixed(ref), job_stored_view, lookup)

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import stored
+from app.api import stored, views
 from app.http import uploads
 from app.http.uploads import Part, hold
+from app.jobs import push
+from app.jobs.runners import INLINE
 from app.main import create_app
 from app.registry.answers import answers_folder
 from app.registry.store import Registry
@@ -131,6 +133,28 @@ def test_a_view_asked_first_is_computed_once_then_kept(
         _no_computing(patch)
         for restarted in _client(settings):
             assert restarted.get(path).content == first.content
+
+
+def test_a_pages_views_asked_first_are_computed_together(
+    client: TestClient, settings: Settings, zoo: dict[str, ZooProgram]
+) -> None:
+    registry: Registry = client.app.state.registry  # type: ignore[attr-defined]
+    staged = registry.blobs.stage_bytes(archive_bytes(zoo["cond"].ep))
+    try:
+        candidate = push.prepare(registry, staged.path, INLINE, INLINE)
+    finally:
+        staged.discard()
+    # pushed without the route: nothing was computed ahead
+    info = registry.push("together", candidate).version
+    assert not [p for p in answers_folder(settings).iterdir() if info.digests.archive in p.name]
+    with pytest.MonkeyPatch.context() as patch:
+        # the view's own job (one view, one reading) is not what computes them
+        patch.setattr(views, "job_stored_view", None)
+        for path in PAGE[:-1]:
+            answer = client.get(f"/v1/models/together/versions/1{path}")
+            assert answer.status_code == 200, (path, answer.text)
+    kept = [p for p in answers_folder(settings).iterdir() if info.digests.archive in p.name]
+    assert len(kept) == len(PAGE) - 1
 
 
 def test_gc_removes_the_answers_of_dead_archives(
