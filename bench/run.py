@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.settings import MiB, Settings
-from bench import footprint, mixed, service, storage, torchpath
+from bench import footprint, mixed, service, storage, torchpath, ui
 from bench.cases import Isolation, Measured, measure_hashing, measure_program, warm_up
 from bench.hf_programs import hf_programs
 from bench.isolate import Zygote
@@ -136,6 +136,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--budget", type=float, default=840.0, help="seconds after which torch runs are skipped"
     )
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP benchmarks")
+    parser.add_argument(
+        "--only",
+        choices=["ui"],
+        help="run only these rows and put them into the existing RESULTS.md (ui: the web UI "
+        "in a browser on the 50k-node programs)",
+    )
     parser.add_argument(
         "--cpu-time",
         action="store_true",
@@ -300,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cpu_time:
         os.environ[CPU_TIME_VARIABLE] = "1"  # the measuring children inherit it
+    if args.only == "ui":
+        return ui_only(Cache(args.cache_dir), args.out or HERE / "RESULTS.md")
     plan = Plan(args.smoke, SETTINGS, deadline=args.budget)
     cache = Cache(args.cache_dir)
     started_load = load_average()
@@ -338,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         size = finetunes.SMALL if args.smoke else finetunes.LARGE
         storage_text, _, storage_failed = storage.bench_section(size, cache.dir)
         print(storage_text)
+    ui_text, ui_held = "", True
+    if not args.smoke:
+        with phase(plan, "web UI in a browser", 100):
+            ui_text, ui_held = ui.bench_section(cache)
+            print(ui_text)
     plan.torch_enabled = False
     for i, program in enumerate(suite.large):
         with phase(plan, f"{program.name} (ours only)", 100.0 if i + 1 < len(suite.large) else 0.0):
@@ -366,12 +379,23 @@ def main(argv: list[str] | None = None) -> int:
         written = document(rows, facts, [], LEGEND) + ("\n" + mixed_text if mixed_text else "")
         written += "\n" + footprint_text if footprint_text else ""
         written += "\n" + storage_text
+        written += "\n" + ui_text if ui_text else ""
         out.write_text(written + ("\n" + kept if kept else ""))
         progress(f"wrote {out}")
     progress(f"done in {elapsed():.0f} s")
     failed = any(r.status == "FAIL" for r in rows) or not mixed_held or not footprint_held
-    failed |= storage_failed
+    failed |= storage_failed or not ui_held
     return 1 if failed else 0
+
+
+def ui_only(cache: Cache, out: Path) -> int:
+    """`--only ui`: the web UI's rows, put in place of that section of `out` (the rest kept)."""
+    text, held = ui.bench_section(cache)
+    print(text)
+    previous = out.read_text() if out.exists() else ""
+    out.write_text(ui.replace_section(previous, text))
+    progress(f"wrote the web UI's section of {out}")
+    return 0 if held else 1
 
 
 def _setups(suite: Suite) -> list[Callable[[], None]]:

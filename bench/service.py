@@ -134,8 +134,9 @@ def _free_port() -> int:
         return port
 
 
-def start_server() -> Server:
-    """`pt2serde serve`, as configured by default, on a free port once healthy."""
+def start_server(extra: dict[str, str] | None = None) -> Server:
+    """`pt2serde serve`, as configured by default (and by the `extra` environment), on a free
+    port once healthy."""
     port = _free_port()
     tmp = Path(tempfile.mkdtemp(prefix="pt2serde-bench-"))
     env = {
@@ -144,6 +145,7 @@ def start_server() -> Server:
         "PT2SERDE_DATA_DIR": str(tmp / "data"),
         "TMPDIR": str(tmp),
         "PYTHONPATH": str(ROOT),
+        **(extra or {}),
     }
     command = [sys.executable, "-m", "app.cli", "serve"]
     with (tmp / "server.log").open("wb") as log:

@@ -1,0 +1,40 @@
+"""The web UI's bench rows (bench/ui.py): `--only ui` puts its section in place in RESULTS.md,
+leaving every other section as it was; rows are judged against their targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.programs import Program
+from bench.ui import HEADING, PAGES, Visits, replace_section, rows
+
+SECTION = f"{HEADING}\n\nnew figures\n"
+
+
+def test_the_section_is_replaced_in_place_and_the_rest_kept() -> None:
+    old = f"# results\n\n| table |\n\n{HEADING}\n\nold figures\n\n## Registry storage\n\nkept\n"
+    assert replace_section(old, SECTION) == (
+        f"# results\n\n| table |\n\n{SECTION}## Registry storage\n\nkept\n"
+    )
+    at_end = f"# results\n\n{HEADING}\n\nold figures\n"
+    assert replace_section(at_end, SECTION) == f"# results\n\n{SECTION}"
+
+
+def test_a_first_section_goes_before_the_sections_tests_keep() -> None:
+    old = "# results\n\n| table |\n\n## Web UI: a 50,000-node graph in the browser\n\nkept\n"
+    new = replace_section(old, SECTION)
+    assert new.index(HEADING) < new.index("## Web UI: a 50,000")
+    assert new.endswith("## Web UI: a 50,000-node graph in the browser\n\nkept\n")
+    assert replace_section("# results\n", SECTION) == f"# results\n{SECTION}"
+
+
+def test_rows_are_judged_on_cold_and_warm(tmp_path: Path) -> None:
+    archive = tmp_path / "a.pt2"
+    archive.write_bytes(b"x" * 1000)
+    program = Program("decoder-50k", "", 50_007, b"", archive, lambda: ((), {}))
+    met = Visits(PAGES[0], cold=0.8, warm=[0.3, 0.2], first=5.0)
+    missed = Visits(PAGES[1], cold=1.4, warm=[0.3], first=5.0)
+    failed = Visits(PAGES[2], failure="503 service busy")
+    found = rows([met, missed, failed], [program, program])
+    assert [r.status for r in found] == ["MET", "MISSED", "FAIL (503 service busy)"]
+    assert found[0].ours == "800 ms / 200 ms"
