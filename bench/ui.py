@@ -207,7 +207,8 @@ def _served(data: Path) -> Iterator[str]:
         yield f"http://{server.host}:{server.port}"
 
 
-HEADING = "## Web UI in a browser"
+#: not "## Web UI...": that starts the sections the tests keep (bench.report.KEPT_SECTIONS)
+HEADING = "## Browser timings of the web UI"
 
 
 def bench_section(cache: Cache) -> tuple[str, bool]:
@@ -239,11 +240,11 @@ def bench_section(cache: Cache) -> tuple[str, bool]:
 def replace_section(document: str, section: str) -> str:
     """`document` (RESULTS.md) with its web UI section replaced by `section` (or `section` put
     before the sections that tests keep, or at the end)."""
-    start = document.find(f"\n{HEADING}\n")
+    start = f"\n{document}".find(f"\n{HEADING}\n")
     if start >= 0:
-        following = document.find("\n## ", start + 1)
+        following = document.find("\n## ", start)
         end = len(document) if following < 0 else following + 1
-        return document[: start + 1] + section + document[end:]
+        return document[:start] + section + document[end:]
     kept = [document.find(f"\n{h}") for h in KEPT_SECTIONS]
     found = [i for i in kept if i >= 0]
     at = min(found) + 1 if found else len(document)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.programs import Program
+from bench.report import KEPT_SECTIONS
 from bench.ui import HEADING, PAGES, Visits, replace_section, rows
 
 SECTION = f"{HEADING}\n\nnew figures\n"
@@ -18,9 +19,12 @@ def test_the_section_is_replaced_in_place_and_the_rest_kept() -> None:
     )
     at_end = f"# results\n\n{HEADING}\n\nold figures\n"
     assert replace_section(at_end, SECTION) == f"# results\n\n{SECTION}"
+    alone = f"{HEADING}\n\nold figures\n"
+    assert replace_section(alone, SECTION) == SECTION
 
 
 def test_a_first_section_goes_before_the_sections_tests_keep() -> None:
+    assert not any(HEADING.startswith(kept) for kept in KEPT_SECTIONS)
     old = "# results\n\n| table |\n\n## Web UI: a 50,000-node graph in the browser\n\nkept\n"
     new = replace_section(old, SECTION)
     assert new.index(HEADING) < new.index("## Web UI: a 50,000")
