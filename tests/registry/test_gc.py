@@ -1,5 +1,5 @@
 """gc beyond blob objects: an object store's unfinished multipart uploads (left by a replica
-killed mid-upload) and the graph answers stored for archives no kept version has."""
+killed mid-upload) and the answers kept for archives no kept version has."""
 
 from __future__ import annotations
 
