@@ -296,7 +296,7 @@ def test_graph_of_a_transformer(page: Page, server: Server) -> None:
 def test_graph_answer_built_at_push(server: Server) -> None:
     """A pushed version's graph answer is built once, after the push, and served as that file."""
     info = httpx.get(f"{server.url}/v1/models/bert/versions/1").json()
-    kept = server.tmp / "data" / "graphs" / f"{info['digests']['archive']}.json"
+    kept = server.tmp / "data" / "answers" / f"{info['digests']['archive']}.graph.json"
     deadline = time.monotonic() + 60
     while not kept.exists() and time.monotonic() < deadline:
         time.sleep(0.1)

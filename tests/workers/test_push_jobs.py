@@ -12,10 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import operations as ops
+from app.api.graphs import graph_answer
 from app.jobs import graph, push
 from app.main import create_app
 from app.programs.inspect.graph_view import program_graph
 from app.registry import ingest
+from app.registry.answers import answer_path
 from app.registry.blobs.staging import Staged
 from app.settings import Settings
 from tests.registry.conftest import rewrite_member
@@ -81,7 +83,7 @@ def test_a_push_is_vetted_in_a_document_worker_as_in_process(
     served_bytes = client.get("/v1/models/m/versions/1/archive").content
     assert served_bytes == served.path.read_bytes()
     # the graph answer was built after the push, in the worker, from the checked document
-    answer_file = settings.data_dir / "graphs" / f"{served.digest}.json"
+    answer_file = answer_path(settings, graph_answer(served.digest))
     assert answer_file.exists()
     with ops.open_source(upload, "zip", settings) as source:
         model = source.model(None)
