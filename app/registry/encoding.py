@@ -19,7 +19,8 @@ a digest (raw, framed alone, or a delta against any base) reads back as the same
 nothing about the form needs to be looked up. Chunks decode on their own, so a read at any
 offset decodes only the chunks it covers (and the base's same chunks); a reader decodes the next
 chunks ahead on a pool of threads while its caller consumes the current one (zstd and numpy
-release the GIL).
+release the GIL). A delta reads its base's chunks as planes and XORs its own planes with them:
+a chain's chunk is interleaved into raw bytes once, at its top, not once per object.
 """
 
 from __future__ import annotations
@@ -101,31 +102,59 @@ def _body(data: Any, width: int, compress: Callable[[bytes], bytes]) -> bytes:
     return b"".join([sizes, *parts, view[whole:].tobytes()])
 
 
-def _unbody(body: bytes, width: int, length: int) -> bytearray:
-    """A chunk's raw bytes from its `_body`."""
-    whole = length - length % width
-    count = whole // width
-    sizes = struct.unpack_from(f"<{width}I", body)
-    out = bytearray(length)
-    target = np.frombuffer(out, np.uint8, whole).reshape(-1, width)
+@dataclass(frozen=True)
+class Planes:
+    """A chunk's byte planes (plane i: every element's i-th byte) and its tail (the bytes past
+    its last whole element): the form a delta's base is read in, so that the delta's planes
+    are XORed with the base's before the one interleaving of the raw bytes."""
+
+    planes: list[np.ndarray[Any, np.dtype[np.uint8]]]
+    tail: bytes
+
+
+def _split(data: Any, width: int) -> Planes:
+    """Raw bytes as their planes (strided views of them: no copy)."""
+    view = np.frombuffer(data, np.uint8)
+    whole = len(view) - len(view) % width
+    elements = view[:whole].reshape(-1, width)
+    return Planes([elements[:, i] for i in range(width)], view[whole:].tobytes())
+
+
+def _unbody(body: bytes, width: int, length: int) -> Planes:
+    """A chunk's planes from its `_body`."""
+    count = length // width
+    view = memoryview(body)
+    sizes = struct.unpack_from(f"<{width}I", view)
     at = 4 * width
-    for i, size in enumerate(sizes):
-        part = body[at : at + size]
+    planes = []
+    for size in sizes:
+        # a raw plane is read where the body holds it: no copy but the interleaving's
+        part: Any = view[at : at + size]
         at += size
         if size != count:
             part = _decompressor().decompress(part, max_output_size=count)
         if len(part) != count:
             raise OSError(f"a chunk's byte plane holds {len(part)} bytes, not {count}")
-        target[:, i] = np.frombuffer(part, np.uint8)
-    out[whole:] = body[at:]
-    if len(body) - at != length - whole:
+        planes.append(np.frombuffer(part, np.uint8))
+    if len(view) - at != length - count * width:
         raise OSError("a chunk's tail does not fit its length")
+    return Planes(planes, body[at:])
+
+
+def _interleaved(planes: Planes, width: int, length: int) -> bytearray:
+    """The raw bytes of a chunk's planes."""
+    out = bytearray(length)
+    whole = length - len(planes.tail)
+    target = np.frombuffer(out, np.uint8, whole).reshape(-1, width)
+    for i, plane in enumerate(planes.planes):
+        target[:, i] = plane
+    out[whole:] = planes.tail
     return out
 
 
-def _xor(a: Any, b: Any) -> bytes:
+def _xor(a: Any, b: Any) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """The XOR of two equally long byte strings."""
-    return np.bitwise_xor(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)).tobytes()
+    return np.bitwise_xor(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))
 
 
 def _compressor(level: int) -> zstandard.ZstdCompressor:
@@ -136,7 +165,13 @@ def _compressor(level: int) -> zstandard.ZstdCompressor:
 
     known: dict[int, zstandard.ZstdCompressor] = _local.__dict__.setdefault("compressors", {})
     if level not in known:
-        known[level] = zstandard.ZstdCompressor(level=level)
+        # a byte plane is near-random bytes with few repeats: its saving is zstd's entropy
+        # coding of them, not matches, so the match finder is kept small and to long matches
+        # (measured on fine-tune planes: 5-8% smaller, and faster, than the level's defaults)
+        params = zstandard.ZstdCompressionParameters.from_level(
+            level, hash_log=6, min_match=7, search_log=1
+        )
+        known[level] = zstandard.ZstdCompressor(compression_params=params)
     return known[level]
 
 
@@ -166,19 +201,23 @@ def encode(
     sizes: list[int] = []
     compress = _compressor(level).compress
     into.seek(_frame_start(count))
+    # the encoded forms tried on each chunk: both on the first, then the one that won it (a
+    #: tensor's chunks are alike, and a second form would double the push's compression)
+    trying = (PLANES,) if base is None else (XOR, PLANES)
+    other = b""
     for index in range(count):
         chunk = _read_exact(source, min(CHUNK, size - index * CHUNK), "the payload")
         best, kind = chunk, RAW
-        alone = _body(chunk, width, compress)
-        if len(alone) < len(best):
-            best, kind = alone, PLANES
         if base is not None:
             other = base.read(len(chunk))
             if len(other) != len(chunk):
                 raise OSError(f"the base payload {base_digest} is shorter than the tensor")
-            against = _body(_xor(chunk, other), width, compress)
-            if len(against) < len(best):
-                best, kind = against, XOR
+        for form in trying:
+            body = _body(chunk if form == PLANES else _xor(chunk, other), width, compress)
+            if len(body) < len(best):
+                best, kind = body, form
+        if len(trying) > 1:
+            trying = (kind,) if kind != RAW else trying
         kinds[index] = kind
         sizes.append(len(best))
         into.write(best)
@@ -199,16 +238,19 @@ def frame_base(head: bytes) -> str | None:
     return head[_HEAD.size : _HEAD.size + 32].hex()
 
 
-def open_stored(open_object: Callable[[str], BinaryIO], digest: str, size: int) -> BinaryIO:
+def open_stored(
+    open_object: Callable[[str], BinaryIO], digest: str, size: int, planes: bool = False
+) -> BinaryIO:
     """The raw bytes (`size` of them) of the object `digest`, however it is stored, readable and
-    seekable; FileNotFoundError if it (or a base it needs) is not stored."""
+    seekable; FileNotFoundError if it (or a base it needs) is not stored. `planes`: a frame is
+    read by chunk planes (`Framed.planes`), as a delta reads its base."""
     handle = open_object(digest)
     try:
         stored = handle.seek(0, io.SEEK_END)
         handle.seek(0)
         if stored == size:
             return handle
-        return cast(BinaryIO, Framed(handle, digest, size, open_object))
+        return cast(BinaryIO, Framed(handle, digest, size, open_object, planes))
     except BaseException:
         handle.close()
         raise
@@ -225,9 +267,15 @@ class Framed(Reader):
     """A frame's raw bytes, decoded chunk by chunk as reads reach them (and a few ahead)."""
 
     def __init__(
-        self, handle: BinaryIO, digest: str, size: int, open_object: Callable[[str], BinaryIO]
+        self,
+        handle: BinaryIO,
+        digest: str,
+        size: int,
+        open_object: Callable[[str], BinaryIO],
+        planes: bool = False,
     ) -> None:
         super().__init__(size)
+        self._planes = planes
         self._handle = handle
         self._digest = digest
         head = _read_exact(handle, _HEAD.size + 32, f"the object {digest}")
@@ -245,10 +293,10 @@ class Framed(Reader):
             self._starts.append(self._starts[-1] + length)
         self._open = open_object
         self._base_handle: BinaryIO | None = None
-        self._current: tuple[int, Chunk] | None = None
+        self._current: tuple[int, Chunk | Planes] | None = None
         # the first chunks set decoding now: a reader that opens the next payloads ahead of
         # its read (packing.Rebuilt) has them decoded meanwhile, each payload on a thread
-        self._pending: dict[int, Future[Chunk]] = {
+        self._pending: dict[int, Future[Chunk | Planes]] = {
             index: self._decode(index) for index in range(min(_AHEAD, count))
         }
 
@@ -258,13 +306,22 @@ class Framed(Reader):
         while done < len(view) and self._pos < self._size:
             index, at = divmod(self._pos, self._chunk)
             data = self._decoded(index)
+            if isinstance(data, Planes):
+                raise OSError(f"the object {self._digest} is open as a delta's base")
             want = min(len(view) - done, len(data) - at)
             view[done : done + want] = data[at : at + want]
             done += want
             self._pos += want
         return done
 
-    def _decoded(self, index: int) -> Chunk:
+    def planes(self, index: int) -> Planes:
+        """Chunk `index`'s planes (of a frame opened with `planes`)."""
+        data = self._decoded(index)
+        if not isinstance(data, Planes):
+            raise OSError(f"the object {self._digest} is not open as a delta's base")
+        return data
+
+    def _decoded(self, index: int) -> Chunk | Planes:
         """Chunk `index` decoded; the next ones set decoding meanwhile."""
         if self._current is not None and self._current[0] == index:
             return self._current[1]
@@ -278,25 +335,29 @@ class Framed(Reader):
         self._current = (index, data)
         return data
 
-    def _decode(self, index: int) -> Future[Chunk]:
-        """Read chunk `index`'s body (and its base's bytes) here; decode it on the pool."""
+    def _decode(self, index: int) -> Future[Chunk | Planes]:
+        """Read chunk `index`'s body (and its base's planes) here; decode it on the pool."""
         length = min(self._chunk, self._size - index * self._chunk)
         start, end = self._starts[index], self._starts[index + 1]
         self._handle.seek(start)
         body = _read_exact(self._handle, end - start, f"the object {self._digest}")
         kind = self._kinds[index]
-        other = b""
-        if kind == XOR:
-            other = self._base_bytes(index * self._chunk, length)
-        return _decoders.submit(_decode_chunk, kind, body, other, self._width, length)
+        base = self._base_planes(index, length) if kind == XOR else None
+        return _decoders.submit(_decode_chunk, kind, body, base, self._width, length, self._planes)
 
-    def _base_bytes(self, offset: int, length: int) -> bytes:
+    def _base_planes(self, index: int, length: int) -> Planes:
+        """The planes of the base's chunk `index` (decoded by the base's own reader, which
+        decodes its next chunks meanwhile)."""
         if self._base is None:
             raise OSError(f"the object {self._digest} has a delta chunk but no base")
         if self._base_handle is None:
-            self._base_handle = open_stored(self._open, self._base, self._size)
-        self._base_handle.seek(offset)
-        return _read_exact(self._base_handle, length, f"the base {self._base}")
+            self._base_handle = open_stored(self._open, self._base, self._size, planes=True)
+        if isinstance(self._base_handle, Framed):
+            if self._base_handle._chunk != self._chunk:
+                raise OSError(f"the base {self._base} is cut in chunks of another size")
+            return self._base_handle.planes(index)
+        self._base_handle.seek(index * self._chunk)
+        return _split(_read_exact(self._base_handle, length, f"the base {self._base}"), self._width)
 
     def close(self) -> None:
         for future in self._pending.values():
@@ -308,14 +369,21 @@ class Framed(Reader):
         super().close()
 
 
-def _decode_chunk(kind: int, body: bytes, other: bytes, width: int, length: int) -> Chunk:
-    """One chunk's raw bytes from its stored body (and, for a delta, the base's bytes)."""
+def _decode_chunk(
+    kind: int, body: bytes, base: Planes | None, width: int, length: int, planes: bool
+) -> Chunk | Planes:
+    """One chunk's raw bytes (its planes if `planes`) from its stored body and, for a delta,
+    the base's planes."""
     if kind == RAW:
         if len(body) != length:
             raise OSError(f"a stored chunk holds {len(body)} bytes, not {length}")
-        return body
-    out = _unbody(body, width, length)
+        return _split(body, width) if planes else body
+    own = _unbody(body, width, length)
     if kind == XOR:
-        array = np.frombuffer(out, np.uint8)
-        np.bitwise_xor(array, np.frombuffer(other, np.uint8), out=array)
-    return out
+        if base is None or len(base.planes) != width or len(base.tail) != len(own.tail):
+            raise OSError("a delta chunk's base does not match it")
+        own = Planes(
+            [np.bitwise_xor(a, b) for a, b in zip(own.planes, base.planes, strict=True)],
+            _xor(own.tail, base.tail).tobytes(),
+        )
+    return own if planes else _interleaved(own, width, length)
