@@ -281,8 +281,10 @@ def replace_section(document: str, section: str) -> str:
     start = f"\n{document}".find(f"\n{HEADING}\n")
     if start >= 0:
         following = document.find("\n## ", start)
-        end = len(document) if following < 0 else following + 1
-        return document[:start] + section + document[end:]
+        if following < 0:
+            return document[:start] + section
+        # the blank line that parts it from the next section stays
+        return document[:start] + section + document[following:]
     kept = [document.find(f"\n{h}") for h in KEPT_SECTIONS]
     found = [i for i in kept if i >= 0]
     at = min(found) + 1 if found else len(document)

@@ -15,7 +15,7 @@ SECTION = f"{HEADING}\n\nnew figures\n"
 def test_the_section_is_replaced_in_place_and_the_rest_kept() -> None:
     old = f"# results\n\n| table |\n\n{HEADING}\n\nold figures\n\n## Registry storage\n\nkept\n"
     assert replace_section(old, SECTION) == (
-        f"# results\n\n| table |\n\n{SECTION}## Registry storage\n\nkept\n"
+        f"# results\n\n| table |\n\n{SECTION}\n## Registry storage\n\nkept\n"
     )
     at_end = f"# results\n\n{HEADING}\n\nold figures\n"
     assert replace_section(at_end, SECTION) == f"# results\n\n{SECTION}"
