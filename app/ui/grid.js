@@ -11,11 +11,14 @@ import { h, clear } from "./dom.js";
 const PAGE = 100;
 
 // `columns`: [{ key, label, value(row) for sorting, cell(row) for drawing (text or a node),
-// numeric }]; `rows`: any objects; `rowClass(row)`: a class for a row's <tr>.
+// numeric }]; `rows`: any objects; `rowClass(row)`: a class for a row's <tr>; `onActivate(row)`:
+// what a click on a row, or Enter or Space on one of its cells, does (a diff's change rows show
+// the change in the graphs).
 export class Grid {
-  constructor(columns, rows, { label, id = null, page = PAGE, sort = null, rowClass = null } = {}) {
+  constructor(columns, rows, { label, id = null, page = PAGE, sort = null, rowClass = null, onActivate = null } = {}) {
     this.columns = columns;
     this.rowClass = rowClass;
+    this.onActivate = onActivate;
     this.all = rows;
     this.rows = rows;
     this.page = page;
@@ -35,6 +38,13 @@ export class Grid {
     this.el = h("div", { class: "grid-box" }, h("div", { class: "scroller" }, this.table), h("p", { class: "pager" }, this.prev, this.next, this.status));
     this.table.addEventListener("keydown", (event) => this.key(event));
     this.table.addEventListener("click", (event) => this.click(event));
+    // a cell focused otherwise (a script, assistive technology) is the active one for the keys
+    this.table.addEventListener("focusin", (event) => {
+      const el = event.target.closest("[data-col]");
+      if (!el) return;
+      this.row = Number(el.dataset.row);
+      this.col = Number(el.dataset.col);
+    });
     if (sort) this.sortBy(sort.key, sort.descending);
     else this.draw();
   }
@@ -146,7 +156,10 @@ export class Grid {
       const key = this.columns[this.col].key;
       this.sortBy(key, this.sortKey === key ? !this.descending : Boolean(this.columns[this.col].numeric));
       this.focusCell(true);
-    } else this.focusCell(false);
+      return;
+    }
+    this.focusCell(false);
+    if (this.row >= 0 && this.onActivate) this.onActivate(this.rows[this.row]);
   }
 
   key(event) {
@@ -200,6 +213,10 @@ export class Grid {
           this.click({ target: this.cell(-1, col) });
           event.preventDefault();
           return;
+        }
+        if (this.onActivate) {
+          this.onActivate(this.rows[row]);
+          event.preventDefault();
         }
         return;
       default:

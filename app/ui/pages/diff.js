@@ -1,7 +1,7 @@
 // What changed between two versions (or two uploaded files): verdict, interface, weights, and
 // both graphs with added, removed and changed nodes marked, expanded only where they changed.
 
-import { enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
+import { allVersions, enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
 import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
 import { prestartLayout } from "../drawing.js";
 import { Grid } from "../grid.js";
@@ -52,7 +52,7 @@ function collectMarks(diff, oldGraph, newGraph, oldId, newId, marks) {
 const metaText = (dtype, shape) => (dtype || shape ? `${dtype || ""}${shape ? `[${shape.join(", ")}]` : ""}` : "-");
 
 // The weight changes, a page at a time (a fine-tune changes every tensor of a large model).
-function weightGrid(diff) {
+function weightGrid(diff, id) {
   const rows = [...diff.parameters, ...diff.buffers, ...diff.constants];
   const columns = [
     { key: "name", label: "name" },
@@ -68,16 +68,19 @@ function weightGrid(diff) {
       cell: (w) => (w.stats ? h("span", null, `${w.stats.differing} of ${w.stats.numel} differ, max |Δ| `, num(w.stats.max_abs_diff)) : w.note || ""),
     },
   ];
-  return rows.length ? new Grid(columns, rows, { label: "weight changes", id: "weight-changes" }).el : null;
+  return rows.length ? new Grid(columns, rows, { label: "weight changes", id }).el : null;
 }
 
-// Every added, removed and changed node, a page at a time.
-function nodeGrid(graphDiff) {
+// Every added, removed and changed node, a page at a time; a row (a click, or Enter) shows its
+// node in the graphs: `onNode(side, position)`, the node's place in the program's graph.
+function nodeGrid(graphDiff, id, onNode) {
   const rows = [
-    ...graphDiff.added.map((r) => ({ change: "added", target: r.target, outputs: r.outputs, what: "" })),
-    ...graphDiff.removed.map((r) => ({ change: "removed", target: r.target, outputs: r.outputs, what: "" })),
+    ...graphDiff.added.map((r) => ({ change: "added", side: "new", position: r.position, target: r.target, outputs: r.outputs, what: "" })),
+    ...graphDiff.removed.map((r) => ({ change: "removed", side: "old", position: r.position, target: r.target, outputs: r.outputs, what: "" })),
     ...graphDiff.changed.map((c) => ({
       change: "changed",
+      side: "new",
+      position: c.new.position,
       target: c.new.target,
       outputs: c.new.outputs,
       what: [
@@ -96,110 +99,167 @@ function nodeGrid(graphDiff) {
     { key: "outputs", label: "values", value: (r) => r.outputs.join(", "), cell: (r) => r.outputs.join(", ") },
     { key: "what", label: "what" },
   ];
-  return rows.length ? new Grid(columns, rows, { label: "node changes", id: "node-changes", rowClass: (r) => `mark-${r.change}` }).el : null;
+  const onActivate = (r) => onNode(r.side, r.position);
+  return rows.length ? new Grid(columns, rows, { label: "node changes (Enter: show in the graphs)", id, rowClass: (r) => `mark-${r.change} linked`, onActivate }).el : null;
 }
 
 const MODULE_WORDS = { added: "added", removed: "removed", type: "of another class", moved: "moved" };
 
-export function renderDiff(main, diff, oldGraph, newGraph, labels) {
+// The module changes; a row shows its module in the graphs (`onModule(path)`).
+function moduleGrid(modules, id, onModule) {
+  const columns = [
+    { key: "path", label: "path", cell: (m) => m.path || "<root>" },
+    { key: "change", label: "change", cell: (m) => (m.old_path ? `moved from ${m.old_path}` : MODULE_WORDS[m.change] || m.change) },
+    { key: "old_type", label: "old", cell: (m) => m.old_type || "-" },
+    { key: "new_type", label: "new", cell: (m) => m.new_type || "-" },
+  ];
+  return new Grid(columns, modules, { label: "module changes (Enter: show in the graphs)", id, rowClass: () => "linked", onActivate: (m) => onModule(m.path) }).el;
+}
+
+// What one diff says, as the page's sections; `suffix` keeps the ids of a second step apart.
+function changeSections(diff, suffix, onNode, onModule) {
   const s = diff.summary;
   const c = s.counts;
-  main.append(
+  const out = [
     verdictBox(diff),
     h("p", null, `nodes: ${diff.graph.old_nodes} → ${diff.graph.new_nodes} (${c.nodes_added} added, ${c.nodes_removed} removed, ${c.nodes_changed} changed, ${c.nodes_unchanged} unchanged)`),
-  );
+  ];
   if (diff.interface.length) {
-    main.append(
+    out.push(
       section(
         "Interface changes",
         table(
           ["side", "change", "name", "old", "new", "breaking", "detail"],
           diff.interface.map((i) => h("tr", { class: i.breaking ? "breaking" : "" }, [i.side, i.change, i.name, i.old ?? "-", i.new ?? "-", i.breaking ? "yes" : "", i.detail].map((x) => h("td", null, x)))),
-          { id: "interface" },
+          { id: `interface${suffix}` },
         ),
       ),
     );
   }
-  main.append(
+  out.push(
     section(
       "Weight changes",
-      weightGrid(diff) || h("p", { class: "muted" }, s.weights_compared ? "No weight changed." : "No weight changed in name, dtype or shape (values not compared)."),
+      weightGrid(diff, `weight-changes${suffix}`) ||
+        h("p", { class: "muted" }, s.weights_compared ? "No weight changed." : "No weight changed in name, dtype or shape (values not compared)."),
     ),
   );
   const more = [];
-  if (diff.modules.length)
-    more.push(
-      h("h3", null, "Modules"),
-      table(
-        ["path", "change", "old", "new"],
-        diff.modules.map((m) => [m.path || "<root>", m.old_path ? `moved from ${m.old_path}` : MODULE_WORDS[m.change] || m.change, m.old_type || "-", m.new_type || "-"]),
-        { id: "module-changes" },
-      ),
-    );
+  if (diff.modules.length) more.push(h("h3", null, "Modules"), moduleGrid(diff.modules, `module-changes${suffix}`, onModule));
   if (diff.range_constraints.length) more.push(h("h3", null, "Dynamic ranges"), table(["symbol", "change", "old", "new"], diff.range_constraints.map((r) => [r.symbol, r.change, r.old ?? "-", r.new ?? "-"])));
   if (diff.fields.length) more.push(h("h3", null, "Program fields"), table(["field", "old", "new"], diff.fields.map((f) => [f.field, f.old, f.new])));
   if (diff.opsets.length) more.push(h("h3", null, "Operator sets"), table(["namespace", "old", "new"], diff.opsets.map((o) => [o.namespace, o.old ?? "-", o.new ?? "-"])));
   if (diff.notes.length) more.push(h("h3", null, "Notes"), h("ul", null, diff.notes.map((n) => h("li", null, n))));
-  if (more.length) main.append(section("Other changes", ...more));
-  const nodes = nodeGrid(diff.graph);
-  if (nodes) main.append(section("Node changes", nodes));
+  if (more.length) out.push(section("Other changes", ...more));
+  const nodes = nodeGrid(diff.graph, `node-changes${suffix}`, onNode);
+  if (nodes) out.push(section("Node changes", nodes));
+  return out;
+}
 
-  const marks = {
-    old: new Map(),
-    new: new Map(),
-    oldToNew: new Map(),
-    newToOld: new Map(),
-    oldStart: starts(oldGraph),
-    newStart: starts(newGraph),
+const PANE_IDS = ["old-graph", "new-graph", "then-graph"];
+
+// `diffs[s]`: the diff of graphs[s] -> graphs[s + 1] (one diff and two graphs, or two and three);
+// `labels`: the versions' names, in the same order.
+export function renderDiff(main, diffs, graphs, labels) {
+  const steps = diffs.map((diff, s) => {
+    const [oldGraph, newGraph] = [graphs[s], graphs[s + 1]];
+    const marks = { old: new Map(), new: new Map(), oldToNew: new Map(), newToOld: new Map(), oldStart: starts(oldGraph), newStart: starts(newGraph) };
+    collectMarks(diff.graph, oldGraph, newGraph, 0, 0, marks);
+    return { diff, marks, oldGraph, newGraph };
+  });
+  // Set once the drawn diff exists; the change rows are only clicked after.
+  let drawn = null;
+  const onNode = (s) => (side, position) => drawn.showNode(s, side, steps[s].marks[`${side}Start`][0] + position);
+  const onModule = (s) => (path) => drawn.openModule(s, path);
+  if (steps.length === 1) main.append(...changeSections(diffs[0], "", onNode(0), onModule(0)));
+  else
+    steps.forEach((step, s) =>
+      main.append(h("section", { class: "step", id: `step-${s + 1}` }, h("h2", null, `${labels[s]} → ${labels[s + 1]}`), ...changeSections(step.diff, `-${s + 1}`, onNode(s), onModule(s)))),
+    );
+  // A changed node selected in one pane shows its counterpart in the panes beside it.
+  const panes = [];
+  const follow = (i) => (id) => {
+    const twins = [];
+    if (i > 0) twins.push([steps[i - 1].marks.newToOld, i - 1]);
+    if (i < steps.length) twins.push([steps[i].marks.oldToNew, i + 1]);
+    for (const [pairs, j] of twins) {
+      const twin = pairs.get(id);
+      if (twin !== undefined && panes[j].outline.selected !== twin) panes[j].outline.reveal(twin);
+    }
   };
-  collectMarks(diff.graph, oldGraph, newGraph, 0, 0, marks);
-  // A changed node selected on one side shows its counterpart on the other.
-  const follow = (pairs, other) => (id) => {
-    const twin = pairs.get(id);
-    if (twin !== undefined && other().outline.selected !== twin) other().outline.reveal(twin);
-  };
-  const left = graphViewer(oldGraph, { marks: marks.old, name: labels[0], search: false, onSelect: follow(marks.oldToNew, () => right) });
-  const right = graphViewer(newGraph, { marks: marks.new, name: labels[1], search: false, onSelect: follow(marks.newToOld, () => left) });
-  const drawn = drawnDiff(left, right, marks, oldGraph, newGraph);
+  graphs.forEach((graph, i) => {
+    const marks = i === 0 ? steps[0].marks.old : steps[i - 1].marks.new;
+    panes.push(graphViewer(graph, { marks, name: labels[i], search: false, onSelect: follow(i) }));
+  });
+  drawn = drawnDiff(panes, steps);
   main.append(
     section(
       "Graphs",
-      h("p", { class: "legend" }, h("span", { class: "mark-added" }, "added"), h("span", { class: "mark-removed" }, "removed"), h("span", { class: "mark-changed" }, "changed"), " modules open where something changed"),
+      h(
+        "p",
+        { class: "legend" },
+        h("span", { class: "mark-added" }, "added"),
+        h("span", { class: "mark-removed" }, "removed"),
+        h("span", { class: "mark-changed" }, "changed"),
+        graphs.length > 2 ? " each against the version to its left;" : "",
+        " modules open where something changed",
+      ),
       drawn.nav,
-      h("div", { class: "sides" }, h("div", { id: "old-graph" }, h("h3", null, labels[0]), left.el), h("div", { id: "new-graph" }, h("h3", null, labels[1]), right.el)),
+      h(
+        "div",
+        { class: graphs.length > 2 ? "sides three" : "sides" },
+        panes.map((pane, i) => h("div", { id: PANE_IDS[i] }, h("h3", null, labels[i]), pane.el)),
+      ),
     ),
   );
-  left.outline.revealMarks();
-  right.outline.revealMarks();
+  for (const pane of panes) pane.outline.revealMarks();
   drawn.start();
+}
+
+// A third version picked here is compared with `to` and drawn beside it (`then=` in the URL).
+function thirdPicker(name, from, to, then, versions) {
+  const pick = h(
+    "select",
+    { id: "then", "aria-label": "third version" },
+    h("option", { value: "" }, "none"),
+    versions.filter((v) => !v.deleted_at).map((v) => h("option", { value: String(v.version), selected: String(v.version) === then }, `v${v.version}`)),
+  );
+  if (then && ![...pick.options].some((o) => o.selected && o.value)) pick.append(h("option", { value: then, selected: true }, versionLabel(then)));
+  pick.addEventListener("change", () => {
+    const query = new URLSearchParams({ from, to });
+    if (pick.value) query.set("then", pick.value);
+    location.assign(`/ui/models/${enc(name)}/diff?${query}`);
+  });
+  return h("p", { class: "tools", id: "third" }, h("label", null, `then (a third version, compared with ${versionLabel(to)}) `, pick));
 }
 
 export async function diffPage(main, [name], query) {
   const from = query.get("from");
   const to = query.get("to");
+  const then = query.get("then");
   const ui = `/ui/models/${enc(name)}`;
   const title = h("h1", null, `${name}: changes`);
   main.append(h("p", { class: "crumbs" }, link("/ui/", "Models"), " / ", link(ui, name), " / changes"), title);
   if (!from || !to) {
     document.title = `${name} changes · pt2serde`;
-    main.append(h("p", null, "Name two versions: ?from=1&to=2 (numbers, aliases or latest)."));
+    main.append(h("p", null, "Name two versions: ?from=1&to=2 (numbers, aliases or latest), and a third to see both steps: &then=3."));
     return;
   }
-  const named = (labels) => `${name}: ${labels[0]} → ${labels[1]}`;
-  title.textContent = named([versionLabel(from), versionLabel(to)]);
+  const refs = then ? [from, to, then] : [from, to];
+  const named = (labels) => `${name}: ${labels.join(" → ")}`;
+  title.textContent = named(refs.map((r) => versionLabel(r)));
   document.title = `${title.textContent} · pt2serde`;
   prestartLayout();
-  const [diff, oldGraph, newGraph, oldInfo, newInfo] = await Promise.all([
-    getJSON(`${versionPath(name, to)}/diff?against=${enc(from)}`),
-    getJSON(`${versionPath(name, from)}/graph`),
-    getJSON(`${versionPath(name, to)}/graph`),
-    getJSON(versionPath(name, from)),
-    getJSON(versionPath(name, to)),
+  const [versions, diffs, graphs, infos] = await Promise.all([
+    allVersions(name),
+    Promise.all(refs.slice(1).map((ref, s) => getJSON(`${versionPath(name, ref)}/diff?against=${enc(refs[s])}`))),
+    Promise.all(refs.map((ref) => getJSON(`${versionPath(name, ref)}/graph`))),
+    Promise.all(refs.map((ref) => getJSON(versionPath(name, ref)))),
   ]);
-  const labels = [versionLabel(from, oldInfo.version), versionLabel(to, newInfo.version)];
+  const labels = refs.map((ref, i) => versionLabel(ref, infos[i].version));
   title.textContent = named(labels);
   document.title = `${title.textContent} · pt2serde`;
-  renderDiff(main, diff, oldGraph, newGraph, labels);
+  main.append(thirdPicker(name, from, to, then, versions));
+  renderDiff(main, diffs, graphs, labels);
 }
 
 export async function filesDiffPage(main) {
@@ -219,7 +279,7 @@ export async function filesDiffPage(main) {
         postFiles("/v1/graph", { file: b }).then((r) => r.json()),
       ]);
       clear(out);
-      renderDiff(out, diff, oldGraph, newGraph, [a.name, b.name]);
+      renderDiff(out, [diff], [oldGraph, newGraph], [a.name, b.name]);
     } catch (err) {
       clear(out).append(errorBox(err));
     }
