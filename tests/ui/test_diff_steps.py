@@ -44,7 +44,11 @@ def _added_in_extra(server: Server) -> list[str]:
     graph = _graph(server, "small", "2")
     paths = [m["path"] for m in graph["modules"]]
     names = graph["nodes"]["name"]
-    return [n for n, m in zip(names, graph["nodes"]["module"], strict=True) if paths[m].startswith("extra")]
+    return [
+        n
+        for n, m in zip(names, graph["nodes"]["module"], strict=True)
+        if paths[m].startswith("extra")
+    ]
 
 
 def test_node_row_shows_its_change_in_both_graphs(page: Page, server: Server) -> None:
@@ -64,9 +68,10 @@ def test_node_row_shows_its_change_in_both_graphs(page: Page, server: Server) ->
     _ready(p, "#new-graph")
     assert _selected(p, "new-graph") == [second]
     assert _middle_offset(p, "#new-graph .drawing .gnode.selected") < 5
-    assert p.locator("#new-graph .outline .row[aria-selected='true']").get_attribute(
-        "data-name"
-    ) == second
+    assert (
+        p.locator("#new-graph .outline .row[aria-selected='true']").get_attribute("data-name")
+        == second
+    )
     place = int(status.inner_text().split()[0])
     assert status.inner_text() == f"{place} of {total}"
     assert f"change={place}" in _query(p)
@@ -171,7 +176,9 @@ def test_three_versions_stack_on_a_phone(page: Page) -> None:
     page.page.set_viewport_size({"width": 390, "height": 844})
     p = page.open("/ui/models/small/diff?from=1&to=2&then=3")
     _ready(p, "#then-graph")
-    boxes = [p.locator(f"#{pane}").bounding_box() for pane in ("old-graph", "new-graph", "then-graph")]
+    boxes = [
+        p.locator(f"#{pane}").bounding_box() for pane in ("old-graph", "new-graph", "then-graph")
+    ]
     assert boxes[0]["x"] == boxes[1]["x"] == boxes[2]["x"]
     assert boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"]
     assert p.evaluate("document.documentElement.scrollWidth") <= 390
