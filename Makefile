@@ -53,7 +53,7 @@ check: lint
 
 # docs/ui.md's screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
 screenshots: $(STAMP) $(UI_BUNDLE)
-	PT2SERDE_SCREENSHOTS=tests/ui/screenshots $(BIN)/pytest -q tests/ui/test_ui.py tests/ui/test_drawn_graph.py
+	PT2SERDE_SCREENSHOTS=tests/ui/screenshots $(BIN)/pytest -q tests/ui/test_ui.py tests/ui/test_drawn_graph.py tests/ui/test_diff_steps.py
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.json
