@@ -154,7 +154,6 @@ def test_three_versions_side_by_side(page: Page, server: Server) -> None:
     assert "then=3" in _query(p)
     p.evaluate("document.getElementById('changes-nav').scrollIntoView()")
     page.shot("diff-three")
-    assert (page.shots / "diff-three.png").stat().st_size > 1000
     # a row of the second step's table shows it in the middle and right panes
     p.locator("#node-changes-2 tbody tr").first.locator("td").first.click()
     assert _selected(p, "then-graph") == _selected(p, "new-graph") != []

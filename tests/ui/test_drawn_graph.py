@@ -201,7 +201,6 @@ def test_drawn_graph_screenshot(page: Page) -> None:
     _ready(p)
     assert p.locator(".drawing .gframe[data-path='encoder.layer.0.attention']").count() == 1
     page.shot("graph-drawn")
-    assert (page.shots / "graph-drawn.png").stat().st_size > 1000
 
 
 def test_diff_drawn(page: Page, server: Server) -> None:
@@ -241,7 +240,6 @@ def test_diff_drawn(page: Page, server: Server) -> None:
     p.keyboard.press("ArrowLeft")
     assert _view(p, "#old-graph")[0] == pytest.approx(left[0] + 60, abs=0.2)
     page.shot("diff-drawn")
-    assert (page.shots / "diff-drawn.png").stat().st_size > 1000
 
 
 def test_diff_changed_node_drawn_on_both_sides(page: Page) -> None:
