@@ -48,7 +48,7 @@ test: lint $(UI_BUNDLE)
 # pool, browser, PostgreSQL or SeaweedFS) and are not heavy; tests/conftest.py marks them from
 # the fixtures and helpers they use (docs/architecture.md, "Tests").
 FAST_LANE := not (server or worker_pool or browser or postgres or s3 or heavy)
-check: lint
+check: lint $(UI_BUNDLE)
 	$(BIN)/pytest -q -m "$(FAST_LANE)"
 
 # docs/ui.md's screenshots (tests/ui/screenshots/): rewritten only here, never by a test run.
