@@ -117,12 +117,19 @@ class HeldUpload(BaseModel):
     expires_after_s: float
 
 
+def _json_object(part: Part) -> bool:
+    """Whether the JSON part's first token opens an object (the rest is read by its routes)."""
+    with part.path.open("rb") as file:
+        head = file.read(4096).lstrip(b" \t\r\n")
+    return head.startswith(b"{")
+
+
 @router.post(
     "/uploads",
     status_code=201,
     response_model=HeldUpload,
     openapi_extra=request_body("file"),
-    responses=problem_responses(*UPLOAD_PROBLEMS),
+    responses=problem_responses(*UPLOAD_PROBLEMS, "invalid-document"),
 )
 def hold_upload(upload: UploadDep, settings: SettingsDep) -> HeldUpload:
     """Hold a .pt2 or a document (or any upload a route reads as its `file`) for the requests
@@ -130,6 +137,9 @@ def hold_upload(upload: UploadDep, settings: SettingsDep) -> HeldUpload:
     read as any upload is (same size limit, never run), and removed a while after its last use
     (`expires_after_s`) or sooner when held uploads need the room."""
     part = upload.one("file", "document")
+    if part.media == "json" and not _json_object(part):
+        # what is held stands for a body its routes take: a JSON one is a program document
+        raise ServiceError("invalid-document", "a JSON upload is a program document: an object")
     held = hold(settings, part)
     return HeldUpload(upload=held, size=part.size, expires_after_s=settings.held_upload_s)
 

@@ -200,6 +200,20 @@ def test_an_upload_is_held_once_and_named_after(
         assert (gone.status_code, gone.json()["code"]) == (404, "upload-not-found")
 
 
+def test_a_held_json_upload_is_a_document(client: TestClient) -> None:
+    """A JSON body held for later requests is an object (a program document), as the routes
+    that read it take: anything else is refused and nothing is held."""
+    for body in (b"[null, null]", b' \n "text"', b"12"):
+        refused = client.post(
+            "/v1/uploads", content=body, headers={"content-type": "application/json"}
+        )
+        assert (refused.status_code, refused.json()["code"]) == (422, "invalid-document"), body
+    held = client.post(
+        "/v1/uploads", content=b' \n{"x": 1}', headers={"content-type": "application/json"}
+    )
+    assert held.status_code == 201, held.text
+
+
 def test_held_uploads_expire_and_keep_within_their_budget(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", held_upload_s=60, held_uploads_bytes=250)
     folder = uploads.held_folder(settings)
