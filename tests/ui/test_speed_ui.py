@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import Server, start_server, stop_server
-from tests.ui.test_ui import ARGS, CHROMIUM, _push, _small
+from tests.ui.test_ui import CHROMIUM, _push, _small, browser
+
+__all__ = ["browser"]
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
-
-sync_api = pytest.importorskip("playwright.sync_api")
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +30,6 @@ def server() -> Iterator[Server]:
         yield running
     finally:
         stop_server(running)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Headless Debian Chromium (no browser download)."""
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture

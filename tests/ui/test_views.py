@@ -18,12 +18,12 @@ import torch
 from torch import nn
 
 from tests.api.conftest import Server, start_server, stop_server
-from tests.ui.test_ui import ARGS, CHROMIUM, Page, _small
+from tests.ui.test_ui import CHROMIUM, Page, _small, browser
 from tests.zoo import archive_bytes
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
+__all__ = ["browser"]
 
-sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
 
 ADMIN = "admin-" + "views-" * 6
 ZIP = {"Content-Type": "application/zip"}
@@ -121,17 +121,6 @@ def server() -> Iterator[tuple[Server, dict[str, str]]]:
         yield running, {"admin": ADMIN, **tokens}
     finally:
         stop_server(running)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Headless Debian Chromium (no browser download)."""
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 class RolePage(Page):
