@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tests.api.conftest import Server, start_server, stop_server
+from tests.progs.test_program_diff import _Blocks as Blocks
 from tests.ui.test_ui import CHROMIUM, Page, _small, browser
 from tests.zoo import archive_bytes
 
@@ -47,27 +48,8 @@ class Many(nn.Module):
         return x + self.odd.nan_to_num(posinf=0.0).sum()
 
 
-class Blocks(nn.Module):
-    """Six linear+relu blocks; `insert_at` puts one more (other weights) at that index."""
-
-    def __init__(self, insert_at: int | None = None) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        made = [nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(6)]
-        if insert_at is not None:
-            torch.manual_seed(5)
-            made.insert(insert_at, nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
-        self.layers = nn.ModuleList(made)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The blocks in turn."""
-        for block in self.layers:
-            x = block(x)
-        return x
-
-
 def _blocks(insert_at: int | None) -> bytes:
-    return archive_bytes(torch.export.export(Blocks(insert_at), (torch.randn(2, 4),)))
+    return archive_bytes(torch.export.export(Blocks(6, insert_at), (torch.randn(2, 4),)))
 
 
 def _retrained() -> bytes:
