@@ -68,8 +68,25 @@ def check_bundle() -> None:
         )
 
 
+def _preloaded_shell() -> bytes:
+    """index.html with every page module named up front (`modulepreload`): the browser fetches
+    them at once instead of level by level as each module's imports are read, which took three
+    round trips and 0.2-0.5 s before any page began (the bundle is a worker's, not preloaded)."""
+    links = "".join(
+        f'<link rel="modulepreload" href="/ui/static/{name}">\n'
+        for name in _ASSETS
+        if name.endswith(".js") and name != BUNDLE
+    )
+    shell = (UI_DIR / "index.html").read_text()
+    head_end = shell.index("</head>")
+    return (shell[:head_end] + links + shell[head_end:]).encode()
+
+
+_SHELL = _preloaded_shell()
+
+
 def _shell() -> Response:
-    return FileResponse(UI_DIR / "index.html", media_type="text/html", headers=_HEADERS)
+    return Response(_SHELL, media_type="text/html", headers=_HEADERS)
 
 
 @router.get("/static/{asset:path}")

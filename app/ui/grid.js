@@ -6,7 +6,7 @@
 // arrows move between cells, Home/End to the row's ends (with Ctrl: the first and last row),
 // PageUp/PageDown turn the page, and Enter or Space on a column header sorts by it.
 
-import { h, clear } from "./dom.js";
+import { h, clear, whole } from "./dom.js";
 
 const PAGE = 100;
 
@@ -129,7 +129,7 @@ export class Grid {
     this.prev.disabled = this.at === 0;
     this.next.disabled = this.at >= pages - 1;
     this.status.textContent = this.rows.length
-      ? `rows ${start + 1}–${start + shown.length} of ${this.rows.length.toLocaleString("en-US")}${pages > 1 ? ` · page ${this.at + 1} of ${pages}` : ""}`
+      ? `rows ${start + 1}–${start + shown.length} of ${whole(this.rows.length)}${pages > 1 ? ` · page ${this.at + 1} of ${pages}` : ""}`
       : "no rows";
     this.focusCell(false);
   }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import time
 from collections.abc import Iterator
@@ -198,6 +199,41 @@ def test_csp_and_assets(server: Server) -> None:
     assert bare.status_code == 308
     assert bare.headers["location"] == "/ui/"
     assert httpx.get(f"{server.url}/ui/static/index.html").status_code == 404
+
+
+def test_shell_preloads_every_module(server: Server) -> None:
+    """The shell names up front (modulepreload) every module the pages import, found by
+    following app.js's imports, and nothing that is not served: a module left out is fetched
+    a round trip late, a name that is not served is a failed request on every page."""
+    shell = httpx.get(f"{server.url}/ui/").text
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/ui/static/([^"]+)">', shell))
+    imported: set[str] = set()
+    pending = ["app.js"]
+    while pending:
+        name = pending.pop()
+        if name in imported:
+            continue
+        imported.add(name)
+        source = httpx.get(f"{server.url}/ui/static/{name}")
+        assert source.status_code == 200, name
+        for target in re.findall(r'^import [^;]*? from "([^"]+)";', source.text, re.MULTILINE):
+            pending.append(posixpath.normpath(posixpath.join(posixpath.dirname(name), target)))
+    assert preloaded == imported
+
+
+def test_whole_counts_grouped_as_python_groups_them(page: Page) -> None:
+    """Counts in full are grouped by thousands (50,007) by our own formatter, which must agree
+    with a reference formatter on every shape of number the pages show."""
+    p = page.open("/ui/")
+    numbers = [0, 7, 999, 1000, 50007, 1234567, -1234567, 2592016, 12.5, 1234.25]
+    shown = p.evaluate(
+        "async (numbers) => {"
+        " const { whole } = await import('/ui/static/dom.js');"
+        " return numbers.map((n) => whole(n)); }",
+        numbers,
+    )
+    assert shown == [f"{n:,}" for n in numbers]
+    assert page.errors == []
 
 
 def test_graph_revalidates(server: Server) -> None:
