@@ -1,7 +1,7 @@
 """The diff page's change rows linked into the drawn graphs, with the change shown in the URL, and
 three versions side by side (app/ui/pages/diff.js, app/ui/pages/changes.js), in Debian's Chromium
-against a live server holding three versions of tests/ui/test_ui.py's small model: v2 adds a
-layer (`extra`), v3 gives fc2 a fifth output."""
+against a live server holding four versions of tests/ui/test_ui.py's small model: v2 adds a
+layer (`extra`), v3 gives fc2 a fifth output, v4 removes the layer again."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ __all__ = ["_bundle_built", "browser", "page", "shots"]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    """The service with three versions of the small model."""
+    """The service with four versions of the small model."""
     running = start_server({"PT2SERDE_HTTP_WORKERS": "1", "PT2SERDE_WORKERS": "1"})
     try:
         with running.client() as client:
             _push(client, "small", _small(extra=False))
             _push(client, "small", _small(extra=True))
             _push(client, "small", _small(extra=True, outputs=5))
+            _push(client, "small", _small(extra=False, outputs=5))
         yield running
     finally:
         stop_server(running)
@@ -39,9 +40,9 @@ def _query(p: Any) -> str:
     return str(p.evaluate("location.search"))
 
 
-def _added_in_extra(server: Server) -> list[str]:
-    """The names of v2's nodes in the added layer, in the program's order."""
-    graph = _graph(server, "small", "2")
+def _added_in_extra(server: Server, version: str = "2") -> list[str]:
+    """The names of the version's nodes in the added layer, in the program's order."""
+    graph = _graph(server, "small", version)
     paths = [m["path"] for m in graph["modules"]]
     names = graph["nodes"]["name"]
     return [
@@ -184,3 +185,23 @@ def test_three_versions_stack_on_a_phone(page: Page) -> None:
     assert boxes[0]["x"] == boxes[1]["x"] == boxes[2]["x"]
     assert boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"]
     assert p.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def test_middle_pane_colours_what_the_third_removes(page: Page, server: Server) -> None:
+    """from=2&to=3&then=4: v4 removes the layer v3 still has, so the middle pane (v3) colours
+    the layer's nodes as removed, beside its own change from v2 (fc2), and the walk to one of
+    those removals selects it there, coloured."""
+    p = page.open("/ui/models/small/diff?from=2&to=3&then=4")
+    for pane in ("old-graph", "new-graph", "then-graph"):
+        _ready(p, f"#{pane}")
+    layer = _added_in_extra(server, "3")
+    removed = _drawn(p, "#new-graph .drawing .gnode.mark-removed", "data-name")
+    assert sorted(removed) == sorted(layer)
+    assert _drawn(p, "#new-graph .drawing .gnode.mark-changed", "data-name")
+    assert p.locator("#old-graph .drawing .gnode.mark-removed").count() == 0
+    outline_removed = p.locator("#new-graph .row.node.mark-removed").count()
+    assert outline_removed == len(layer)
+    p.locator("#node-changes-2 tbody tr").first.locator("td").first.click()
+    _ready(p, "#new-graph")
+    selected = _drawn(p, "#new-graph .drawing .gnode.mark-removed.selected", "data-name")
+    assert selected and selected[0] in layer

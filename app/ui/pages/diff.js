@@ -156,6 +156,23 @@ function changeSections(diff, suffix, onNode, onModule) {
 }
 
 const PANE_IDS = ["old-graph", "new-graph", "then-graph"];
+// Which mark a node shows when both steps beside its pane mark it: what the next version
+// removes outranks what this one added, which outranks a change.
+const MARK_RANK = { changed: 0, added: 1, removed: 2 };
+
+// Pane `i`'s marks: its nodes as the newer side of the step on its left and as the older side of
+// the step on its right (the middle of three has both, so what the third version removes is
+// coloured where it still is).
+function paneMarks(steps, i) {
+  const marks = new Map(i > 0 ? steps[i - 1].marks.new : []);
+  if (i < steps.length) {
+    for (const [id, mark] of steps[i].marks.old) {
+      const had = marks.get(id);
+      if (had === undefined || MARK_RANK[mark] > MARK_RANK[had]) marks.set(id, mark);
+    }
+  }
+  return marks;
+}
 
 // `diffs[s]`: the diff of graphs[s] -> graphs[s + 1] (one diff and two graphs, or two and three);
 // `labels`: the versions' names, in the same order.
@@ -187,8 +204,7 @@ export function renderDiff(main, diffs, graphs, labels) {
     }
   };
   graphs.forEach((graph, i) => {
-    const marks = i === 0 ? steps[0].marks.old : steps[i - 1].marks.new;
-    panes.push(graphViewer(graph, { marks, name: labels[i], search: false, onSelect: follow(i) }));
+    panes.push(graphViewer(graph, { marks: paneMarks(steps, i), name: labels[i], search: false, onSelect: follow(i) }));
   });
   drawn = drawnDiff(panes, steps);
   main.append(
@@ -200,7 +216,7 @@ export function renderDiff(main, diffs, graphs, labels) {
         h("span", { class: "mark-added" }, "added"),
         h("span", { class: "mark-removed" }, "removed"),
         h("span", { class: "mark-changed" }, "changed"),
-        graphs.length > 2 ? " each against the version to its left;" : "",
+        graphs.length > 2 ? " in each version against those beside it;" : "",
         " modules open where something changed",
       ),
       drawn.nav,
