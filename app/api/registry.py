@@ -31,7 +31,7 @@ from app.api.auth import (
 )
 from app.api.deps import PoolDep, SettingsDep, Work, admit_bytes, admit_files
 from app.api.docs import READ_PROBLEMS, TORCH_PROBLEMS, request_body
-from app.api.stored import diff_answer, fixed, kept, on_stored, run_sync
+from app.api.stored import diff_answer, kept, on_stored, run_sync
 from app.archive import open_archive
 from app.failure import ProblemCode
 from app.http.problems import ServiceError, problem_responses
@@ -444,8 +444,7 @@ async def get_diff(
         return [old, new], (old, new, settings, model)
 
     if format == "json":
-        still = fixed(ref, against_ref)
-        return await on_stored(request, registry, answer, still, job_stored_diff, lookup)
+        return await on_stored(request, registry, answer, job_stored_diff, lookup)
     # the kept answer is the JSON one; a diff is far smaller than the programs it compares
     path = await kept(request, registry, answer, job_stored_diff, lookup)
     diff = await run_sync(ProgramDiff.model_validate_json, await run_sync(path.read_bytes))

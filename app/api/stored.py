@@ -52,18 +52,13 @@ async def run_sync(call: Callable[..., _T], *args: Any) -> _T:
     return await anyio.to_thread.run_sync(functools.partial(call, *args))
 
 
-def fixed(*refs: str) -> bool:
-    """Whether the versions `refs` name are fixed (numbers), not aliases or `latest`, which may
-    move to another version."""
-    return all(ref.isdigit() for ref in refs)
-
-
-def cache_headers(name: str, immutable: bool) -> dict[str, str]:
-    """The headers of the kept answer `name`: its name as the ETag; kept by the browser for good
-    when the address names fixed versions (a version number names one archive for good),
-    revalidated first when it names an alias or `latest`. Private: reading may need a token."""
-    control = "private, max-age=31536000, immutable" if immutable else "private, no-cache"
-    return {"ETag": f'"{name}"', "Cache-Control": control}
+def cache_headers(name: str) -> dict[str, str]:
+    """The headers of the kept answer `name`: its name as the ETag, revalidated before each use
+    (a 304 without a body when the client holds it). Not `immutable`, even under a version
+    number, which names one archive for good: an upgraded service may answer the same address
+    in a new format (`answers.FORMAT`), which a browser keeping the old for good would never
+    ask for. Private: reading may need a token."""
+    return {"ETag": f'"{name}"', "Cache-Control": "private, no-cache"}
 
 
 def held(request: Request, headers: dict[str, str]) -> bool:
@@ -81,12 +76,11 @@ async def on_stored(
     request: Request,
     registry: Registry,
     name: str,
-    immutable: bool,
     job: Callable[[*_Ts, Path], None],
     lookup: Lookup[*_Ts],
 ) -> Response:
     """The kept answer `name` (`kept`), or 304 to a client that holds it."""
-    headers = cache_headers(name, immutable)
+    headers = cache_headers(name)
     if held(request, headers):
         return Response(status_code=304, headers=headers)
     path = await kept(request, registry, name, job, lookup)

@@ -23,7 +23,6 @@ from app.api.registry import RegistryDep
 from app.api.stored import (
     PAGE_VIEWS,
     cache_headers,
-    fixed,
     held,
     kept_page,
     on_stored,
@@ -77,7 +76,7 @@ def version_graph(name: str, ref: str, request: Request, registry: RegistryDep) 
     info = registry.version(name, ref)
     # The archive digest covers every byte the answer is built from (and names its file, built
     # once: app.api.graphs), so an unchanged ETag means an unchanged answer.
-    headers = cache_headers(graph_answer(info.digests.archive), fixed(ref))
+    headers = cache_headers(graph_answer(info.digests.archive))
     if info.deleted_at is None and held(request, headers):
         return Response(status_code=304, headers=headers)
     path = version_graph_file(registry, documents_of(request), name, str(info.version))
@@ -241,6 +240,6 @@ async def _stored_view(
         stored = find()
         return [stored], (stored, settings, model, view)
 
-    if view in PAGE_VIEWS and not held(request, cache_headers(kept, fixed(ref))):
+    if view in PAGE_VIEWS and not held(request, cache_headers(kept)):
         await kept_page(request, registry.settings, info.digests.archive, model, find)
-    return await on_stored(request, registry, kept, fixed(ref), job_stored_view, lookup)
+    return await on_stored(request, registry, kept, job_stored_view, lookup)

@@ -2,8 +2,9 @@
 inspection view, its validation, ranges, tensors) or a diff of two, computed once and served
 from then on, by this process, after a restart or by another replica sharing the data
 directory. Stored archives never change, so an answer is named by the digests of the archives
-it is computed from and the view's parameters; that name is also its ETag. gc removes the
-answers that name an archive no kept version has (app/registry/gc.py).
+it is computed from, the view's parameters and the answers' format (`FORMAT`); that name is
+also its ETag. gc removes the answers that name an archive no kept version has, and those of
+another format (app/registry/gc.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from app.registry.blobs import is_digest
 from app.settings import Settings
 
 _SUFFIX = ".json"
+#: The format of every kept answer: bump it when what any view or diff answers changes (its
+#: fields, or what it computes), so that a service upgraded over a data directory computes its
+#: answers again instead of serving those of the code before, and a browser's copies, which it
+#: revalidates by ETag, are replaced. Answers of another format are gc's.
+FORMAT = 3
+_FORMAT_PART = f"f{FORMAT}"
 
 
 def answers_folder(settings: Settings) -> Path:
@@ -33,9 +40,10 @@ def view_name(kind: str, *parameters: object) -> str:
 
 
 def answer_name(digests: Sequence[str], view: str) -> str:
-    """The name of the answer `view` computes from the archives `digests` (in order)."""
+    """The name of the answer `view` computes from the archives `digests` (in order), in this
+    code's format."""
     assert all(is_digest(d) for d in digests), digests
-    return ".".join([*digests, view])
+    return ".".join([*digests, view, _FORMAT_PART])
 
 
 def answer_path(settings: Settings, name: str) -> Path:
@@ -44,8 +52,8 @@ def answer_path(settings: Settings, name: str) -> Path:
 
 
 def dead_answers(settings: Settings, kept: Iterable[str]) -> list[Path]:
-    """The kept answers computed from an archive no kept version has (half-written ones, whose
-    names start with a dot, are the writer's)."""
+    """The kept answers computed from an archive no kept version has, or in another format than
+    this code's (half-written ones, whose names start with a dot, are the writer's)."""
     folder = answers_folder(settings)
     if not folder.is_dir():
         return []
@@ -56,5 +64,8 @@ def dead_answers(settings: Settings, kept: Iterable[str]) -> list[Path]:
 def _dead(path: Path, live: set[str]) -> bool:
     if path.suffix != _SUFFIX or path.name.startswith("."):
         return False
-    digests = [part for part in path.stem.split(".") if is_digest(part)]
-    return bool(digests) and any(d not in live for d in digests)
+    parts = path.stem.split(".")
+    digests = [part for part in parts if is_digest(part)]
+    if not digests:
+        return False
+    return parts[-1] != _FORMAT_PART or any(d not in live for d in digests)

@@ -46,14 +46,22 @@ export async function getText(path) {
   return tracked(path, ACCEPT, (r) => r.text());
 }
 
+// A graph answer (GET .../graph, POST /v1/graph) holds each operator, dtype and shape once, in
+// the tables `targets`, `dtypes` and `shapes`, and an index per node (-1: none); the pages read
+// a node's values, looked up here once per answer.
+export function graphOf(answer) {
+  const nodes = answer.nodes;
+  for (const column of ["target", "dtype", "shape"]) {
+    const table = nodes[`${column}s`];
+    nodes[column] = nodes[column].map((i) => (i < 0 ? null : table[i]));
+  }
+  return answer;
+}
+
 function form(files) {
   const data = new FormData();
   for (const [name, file] of Object.entries(files)) data.append(name, file, file.name || name);
   return data;
-}
-
-export async function postFiles(path, files) {
-  return tracked(path, { method: "POST", body: form(files) });
 }
 
 export async function postJSONFiles(path, files) {

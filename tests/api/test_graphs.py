@@ -15,10 +15,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 import schema
+from app.api.graphs import graph_answer
 from app.jobs import graph, push
 from app.jobs.runners import INLINE
 from app.main import create_app
 from app.programs.inspect.graph_view import program_graph
+from app.registry.answers import FORMAT, answer_path
 from app.registry.store import Registry
 from app.settings import Settings
 from tests.zoo import ZooProgram, archive_bytes, torch_json
@@ -91,14 +93,14 @@ def test_a_stored_versions_graph_is_built_in_a_worker_when_first_viewed(
         staged.discard()
     # pushed without the route: no answer was built after the push
     info = registry.push("cond", candidate).version
-    kept = settings.data_dir / "answers" / f"{info.digests.archive}.graph.json"
+    kept = answer_path(settings, graph_answer(info.digests.archive))
     assert not kept.exists()
     answer = client.get("/v1/models/cond/versions/1/graph")
     assert answer.status_code == 200, answer.text
     with registry.source("cond", "1") as (_, source):
         document = source.documents[info.archive_model]
     assert answer.content == _expected(document) == kept.read_bytes()
-    assert answer.headers["etag"] == f'"{info.digests.archive}.graph"'
+    assert answer.headers["etag"] == f'"{info.digests.archive}.graph.f{FORMAT}"'
     # the stored document handed to the worker is gone with its folder
     assert not list(settings.data_dir.parent.glob("pt2serde-graph-*"))
     assert not built_here.called

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.api.graphs import version_graph_file
+from app.api.graphs import graph_answer, version_graph_file
 from app.registry.answers import answers_folder
 from app.registry.blobs.s3 import S3Objects
 from app.registry.gc import collect
@@ -90,8 +90,8 @@ def test_gc_removes_graph_answers_of_collected_versions(
     assert collect(registry.db, registry.blobs, graced).answers == []
     assert all(path.is_file() for path in built)
     dry = registry.gc(dry_run=True)
-    assert dry.answers == [f"{first.digests.archive}.graph"]
+    assert dry.answers == [graph_answer(first.digests.archive)]
     assert built[0].is_file()
-    assert registry.gc().answers == [f"{first.digests.archive}.graph"]
+    assert registry.gc().answers == [graph_answer(first.digests.archive)]
     assert sorted(folder.iterdir()) == sorted([built[1], partial])
     assert registry.gc().answers == []

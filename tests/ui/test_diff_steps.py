@@ -204,4 +204,5 @@ def test_middle_pane_colours_what_the_third_removes(page: Page, server: Server) 
     p.locator("#node-changes-2 tbody tr").first.locator("td").first.click()
     _ready(p, "#new-graph")
     selected = _drawn(p, "#new-graph .drawing .gnode.mark-removed.selected", "data-name")
-    assert selected and selected[0] in layer
+    assert selected
+    assert selected[0] in layer

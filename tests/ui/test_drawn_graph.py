@@ -14,7 +14,7 @@ import pytest
 
 from app.api.ui import BUNDLE, UI_DIR
 from tests.api.conftest import Server
-from tests.ui.test_ui import Page, _graph, browser, page, server, shots
+from tests.ui.test_ui import Page, _graph, _targets, browser, page, server, shots
 
 __all__ = ["browser", "page", "server", "shots"]
 
@@ -122,7 +122,7 @@ def test_search_selects_and_centres_a_node(page: Page, server: Server) -> None:
     p.press("input.search", "Enter")
     _ready(p)
     graph = _graph(server, "bert", "1")
-    tanh = graph["nodes"]["name"][graph["nodes"]["target"].index("torch.ops.aten.tanh.default")]
+    tanh = graph["nodes"]["name"][_targets(graph).index("torch.ops.aten.tanh.default")]
     selected = ".drawing .gnode.selected"
     assert _drawn(p, selected, "data-name") == [tanh]
     assert _middle_offset(p, selected) < 5

@@ -34,18 +34,25 @@ def test_nodes_are_torchs_call_nodes(name: str) -> None:
     main = [i for i, g in enumerate(nodes.graph) if g == 0]
     assert [nodes.name[i] for i in main] == [n.name for n in calls]
     assert [nodes.position[i] for i in main] == list(range(len(calls)))
+    dtypes, shapes, targets = (nodes.expanded(c) for c in ("dtype", "shape", "target"))
     for i, node in zip(main, calls, strict=True):
         value = node.meta["val"]
         if isinstance(value, torch.Tensor):
-            assert nodes.dtype[i] == str(value.dtype).removeprefix("torch.")
-            assert nodes.shape[i] == str(list(value.shape))
-        assert nodes.target[i].endswith(str(node.target))
+            assert dtypes[i] == str(value.dtype).removeprefix("torch.")
+            assert shapes[i] == str(list(value.shape))
+        target = targets[i]
+        assert target is not None
+        assert target.endswith(str(node.target))
+    # each table holds each value once
+    for table in (nodes.targets, nodes.dtypes, nodes.shapes):
+        assert len(set(table)) == len(table)
 
 
 def test_subgraphs_of_cond() -> None:
     """A cond node's branches are graphs of their own, run by that node, in their own module."""
     ep, graph = _graph("cond")
-    [cond] = [i for i, t in enumerate(graph.nodes.target) if t == "torch.ops.higher_order.cond"]
+    targets = graph.nodes.expanded("target")
+    [cond] = [i for i, t in enumerate(targets) if t == "torch.ops.higher_order.cond"]
     branches = {g.name: g for g in graph.graphs[1:]}
     assert set(branches) == {"true_graph_0", "false_graph_0"}
     for name, branch in branches.items():

@@ -28,8 +28,10 @@ import pytest
 import torch
 from torch import nn
 
+from app.api.graphs import graph_answer
 from app.bridge.exported import storage_bytes, tensor_meta
 from app.programs.digest import tensor_digest, weights_digest
+from app.programs.inspect.graph_view import NodeColumns
 from schema.dtypes import DTYPE_NAMES
 from tests.api.conftest import Server, start_server, stop_server
 from tests.realzoo import VOCAB, tiny_hf_model
@@ -173,6 +175,11 @@ def _graph(server: Server, name: str, ref: str) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     graph: dict[str, Any] = answer.json()
     return graph
+
+
+def _targets(graph: dict[str, Any]) -> list[str | None]:
+    """Each node's operator, from a graph answer's table of them."""
+    return NodeColumns.model_validate(graph["nodes"]).expanded("target")
 
 
 def test_dtype_names_current() -> None:
@@ -324,7 +331,7 @@ def test_graph_of_a_transformer(page: Page, server: Server) -> None:
     selected = p.locator(".outline .row.node.selected")
     assert "aten.tanh" in selected.inner_text()
     graph = _graph(server, "bert", "1")
-    tanh = graph["nodes"]["target"].index("torch.ops.aten.tanh.default")
+    tanh = _targets(graph).index("torch.ops.aten.tanh.default")
     assert selected.get_attribute("data-name") == graph["nodes"]["name"][tanh]
     assert "pooler.activation" in p.locator(".panel").inner_text()
     page.shot("graph")
@@ -333,7 +340,7 @@ def test_graph_of_a_transformer(page: Page, server: Server) -> None:
 def test_graph_answer_built_at_push(server: Server) -> None:
     """A pushed version's graph answer is built once, after the push, and served as that file."""
     info = httpx.get(f"{server.url}/v1/models/bert/versions/1").json()
-    kept = server.tmp / "data" / "answers" / f"{info['digests']['archive']}.graph.json"
+    kept = server.tmp / "data" / "answers" / f"{graph_answer(info['digests']['archive'])}.json"
     deadline = time.monotonic() + 60
     while not kept.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -475,7 +482,9 @@ def _repeated(graph: dict[str, Any], nodes_wanted: int) -> dict[str, Any]:
         {**modules[0], "total_nodes": per * copies},
         {**modules[0], "path": "layers", "parent": 0, "type": "torch.nn.ModuleList"},
     ]
-    columns: dict[str, list[Any]] = {key: [] for key in graph["nodes"]}
+    # the tables of operators, dtypes and shapes serve every copy as they are
+    tables = {key: graph["nodes"][key] for key in ("targets", "dtypes", "shapes")}
+    columns: dict[str, list[Any]] = {key: [] for key in graph["nodes"] if key not in tables}
     for k in range(copies):
         base = len(out_modules)
         for m in modules:
@@ -492,7 +501,7 @@ def _repeated(graph: dict[str, Any], nodes_wanted: int) -> dict[str, Any]:
         columns["shape"] += source["shape"]
         columns["inputs"] += [[f"{v}_{k}" for v in vs] for vs in source["inputs"]]
         columns["outputs"] += [[f"{v}_{k}" for v in vs] for vs in source["outputs"]]
-    return {**graph, "modules": out_modules, "nodes": columns}
+    return {**graph, "modules": out_modules, "nodes": {**columns, **tables}}
 
 
 def _route_graph(p: Any, server: Server, name: str, answer: Path, nodes: int) -> None:
@@ -754,7 +763,7 @@ def test_view_state_in_the_url(page: Page, server: Server) -> None:
     and a reload restore them."""
     graph = _graph(server, "bert", "1")
     names = graph["nodes"]["name"]
-    tanh = names[graph["nodes"]["target"].index("torch.ops.aten.tanh.default")]
+    tanh = names[_targets(graph).index("torch.ops.aten.tanh.default")]
     p = page.open("/ui/models/bert/versions/1/graph")
     p.click(".outline .row[data-path='encoder']")
     p.click(".outline .row[data-path='encoder.layer']")

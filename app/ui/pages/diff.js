@@ -1,7 +1,7 @@
 // What changed between two versions (or two uploaded files): verdict, interface, weights, and
 // both graphs with added, removed and changed nodes marked, expanded only where they changed.
 
-import { allVersions, enc, getJSON, postFiles, postJSONFiles, versionPath } from "../api.js";
+import { allVersions, enc, getJSON, graphOf, postJSONFiles, versionPath } from "../api.js";
 import { clear, errorBox, h, link, num, section, shortOp, table, versionLabel } from "../dom.js";
 import { prestartLayout } from "../drawing.js";
 import { Grid } from "../grid.js";
@@ -268,7 +268,7 @@ export async function diffPage(main, [name], query) {
   const [versions, diffs, graphs, infos] = await Promise.all([
     allVersions(name),
     Promise.all(refs.slice(1).map((ref, s) => getJSON(`${versionPath(name, ref)}/diff?against=${enc(refs[s])}`))),
-    Promise.all(refs.map((ref) => getJSON(`${versionPath(name, ref)}/graph`))),
+    Promise.all(refs.map((ref) => getJSON(`${versionPath(name, ref)}/graph`).then(graphOf))),
     Promise.all(refs.map((ref) => getJSON(versionPath(name, ref)))),
   ]);
   const labels = refs.map((ref, i) => versionLabel(ref, infos[i].version));
@@ -291,8 +291,8 @@ export async function filesDiffPage(main) {
     try {
       const [diff, oldGraph, newGraph] = await Promise.all([
         postJSONFiles("/v1/diff", { old: a, new: b }),
-        postFiles("/v1/graph", { file: a }).then((r) => r.json()),
-        postFiles("/v1/graph", { file: b }).then((r) => r.json()),
+        postJSONFiles("/v1/graph", { file: a }).then(graphOf),
+        postJSONFiles("/v1/graph", { file: b }).then(graphOf),
       ]);
       clear(out);
       renderDiff(out, [diff], [oldGraph, newGraph], [a.name, b.name]);

@@ -1,6 +1,6 @@
 // The graph page, and the viewer (outline + search + node details) other pages reuse.
 
-import { enc, getJSON, getText, versionPath } from "../api.js";
+import { enc, getJSON, getText, graphOf, versionPath } from "../api.js";
 import { clear, h, link, nodesText, plural, versionLabel, whole } from "../dom.js";
 import { Drawing, nextTask, prestartLayout } from "../drawing.js";
 import { nodeInfo } from "../nodeinfo.js";
@@ -126,7 +126,7 @@ export async function graphPage(main, [name, ref]) {
   const [graph, info] = await Promise.all([
     getText(`${versionPath(name, ref)}/graph`).then((text) => {
       performance.mark("graph-received");
-      const parsed = JSON.parse(text);
+      const parsed = graphOf(JSON.parse(text));
       performance.mark("graph-data");
       return parsed;
     }),

@@ -1,6 +1,6 @@
 // Try a file: validate, hash and inspect a .pt2 or a document without pushing it.
 
-import { hold, postHeld, postHeldJSON } from "../api.js";
+import { graphOf, hold, postHeld, postHeldJSON } from "../api.js";
 import { clear, digest, errorBox, h, section, table } from "../dom.js";
 import { graphFacts, graphViewer } from "./graph.js";
 import { findingsTable, operatorsTable, weightsTable } from "./version.js";
@@ -25,7 +25,7 @@ export async function tryPage(main) {
       const [report, canonical, graph, operators, weights] = await Promise.all([
         postHeldJSON(`/v1/validate?level=${level.value}`, upload),
         postHeld("/v1/canonicalize", upload),
-        postHeldJSON("/v1/graph", upload),
+        postHeldJSON("/v1/graph", upload).then(graphOf),
         postHeldJSON("/v1/inspect?view=operators", upload),
         zip ? postHeldJSON("/v1/inspect?view=weights", upload) : null,
       ]);
