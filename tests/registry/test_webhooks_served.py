@@ -5,6 +5,7 @@ under its original id, every signature valid."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -94,8 +95,16 @@ def test_a_killed_server_loses_no_event(
         server = start_registry_server(backend, WEBHOOK_ENV)
         try:
             sink.wait_for(lambda s: set(s.delivered()) == {i for i, _ in outbox}, 60)
+            # the server records a delivery once it has read the receiver's answer, a moment
+            # after the receiver counted it: read until every one is recorded, or 20 s
             with httpx.Client(base_url=server.url, timeout=30) as client:
-                page = client.get(f"/v1/webhooks/{created.id}/deliveries").json()
+                deadline = time.monotonic() + 20
+                while True:
+                    page = client.get(f"/v1/webhooks/{created.id}/deliveries").json()
+                    statuses = {d["status"] for d in page["deliveries"]}
+                    if statuses == {"delivered"} or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
         finally:
             stop_registry_server(server)
     assert sink.bad_signatures == []
