@@ -187,9 +187,9 @@ SETTLE_WINDOW_S = 0.5
 
 
 def _settle(server: Server, deadline: float) -> None:
-    """Wait (until `deadline` at most) for the server's processes to stop starting: each HTTP
-    process starts its document workers after taking connections, and their imports took both
-    cores for 1-3 s, which a timing taken then counted as the service's."""
+    """Wait (until `deadline` at most) for the server's processes to stop starting: the
+    document workers each HTTP process starts go on importing after it takes connections, which
+    took both cores for 1-3 s that a timing taken then counted as the service's."""
     ticks = os.sysconf("SC_CLK_TCK")
     used = _cpu_s(server.pids, ticks)
     while time.monotonic() < deadline:
