@@ -122,8 +122,9 @@ class Server:
 def _tree(pid: int) -> list[int]:
     pids = [pid]
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        for child in task.read_text().split():
-            pids.extend(_tree(int(child)))
+        with contextlib.suppress(OSError):  # a thread that ended since it was listed
+            for child in task.read_text().split():
+                pids.extend(_tree(int(child)))
     return pids
 
 
@@ -190,25 +191,24 @@ def _settle(server: Server, deadline: float) -> None:
     """Wait (until `deadline` at most) for the server's processes to stop starting: the
     document workers each HTTP process starts go on importing after it takes connections, which
     took both cores for 1-3 s that a timing taken then counted as the service's."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    used = _cpu_s(server.pids, ticks)
+    used = tree_cpu(server.process.pid)
     while time.monotonic() < deadline:
         time.sleep(SETTLE_WINDOW_S)
-        now = _cpu_s(server.pids, ticks)
+        now = tree_cpu(server.process.pid)
         if now - used < SETTLED_SHARE * SETTLE_WINDOW_S:
             return
         used = now
 
 
-def _cpu_s(pids: list[int], ticks: int) -> float:
-    """CPU seconds (user and system) the processes `pids` have used so far."""
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user and system) the processes under `root` (itself included) have used."""
     total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
+    for pid in _tree(root):
+        with contextlib.suppress(OSError):  # gone since it was listed
             # the fields after the command's closing parenthesis: utime and stime are 14 and 15
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
-    return total / ticks
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def stop_server(server: Server) -> None:

@@ -237,13 +237,13 @@ def measure_http(program: Program, runs: int, work: Path) -> Measured:
         _warm(server, body, ours_out)
 
         def ours() -> Run:
-            cpu = _tree_cpu(server.process.pid) + time.thread_time()
+            cpu = service.tree_cpu(server.process.pid) + time.thread_time()
             started = time.perf_counter()
             _deserialize_over_http(server, body, ours_out)
             took = time.perf_counter() - started
             client = time.thread_time()
             time.sleep(0.2)  # the workers' share of the request is counted once they are idle
-            return took, b"", _tree_cpu(server.process.pid) + client - cpu
+            return took, b"", service.tree_cpu(server.process.pid) + client - cpu
 
         def theirs() -> Run:
             cpu = time.process_time()
@@ -268,20 +268,6 @@ def _warm(server: Any, body: bytes, target: Path) -> None:
         roles = [p.role for p in processes(server.process.pid)]
         if roles.count("torch forkserver") >= roles.count("HTTP process"):
             return
-
-
-def _tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) the live processes under `root` have used."""
-    from tests.processes import processes
-
-    total = 0
-    for process in processes(root):
-        try:
-            fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # gone since it was listed
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 #: The piece of the answer the client reads and writes at a time.

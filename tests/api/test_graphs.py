@@ -16,13 +16,13 @@ from fastapi.testclient import TestClient
 
 import schema
 from app.api.graphs import graph_answer
-from app.jobs import graph, push
-from app.jobs.runners import INLINE
+from app.jobs import graph
 from app.main import create_app
 from app.programs.inspect.graph_view import program_graph
 from app.registry.answers import FORMAT, answer_path
 from app.registry.store import Registry
 from app.settings import Settings
+from tests.registry.test_store import push
 from tests.zoo import ZooProgram, archive_bytes, torch_json
 
 ZIP = {"Content-Type": "application/zip"}
@@ -86,13 +86,8 @@ def test_a_stored_versions_graph_is_built_in_a_worker_when_first_viewed(
     zoo: dict[str, ZooProgram],
 ) -> None:
     registry: Registry = app.state.registry
-    staged = registry.blobs.stage_bytes(archive_bytes(zoo["cond"].ep))
-    try:
-        candidate = push.prepare(registry, staged.path, INLINE, INLINE)
-    finally:
-        staged.discard()
     # pushed without the route: no answer was built after the push
-    info = registry.push("cond", candidate).version
+    info = push(registry, "cond", archive_bytes(zoo["cond"].ep)).version
     kept = answer_path(settings, graph_answer(info.digests.archive))
     assert not kept.exists()
     answer = client.get("/v1/models/cond/versions/1/graph")

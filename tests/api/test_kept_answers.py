@@ -17,13 +17,12 @@ from fastapi.testclient import TestClient
 from app.api import stored, views
 from app.http import uploads
 from app.http.uploads import Part, hold
-from app.jobs import push
-from app.jobs.runners import INLINE
 from app.main import create_app
 from app.registry import answers
 from app.registry.answers import answers_folder
 from app.registry.store import Registry
 from app.settings import Settings
+from tests.registry.test_store import push
 from tests.zoo import ZooProgram, archive_bytes
 
 ZIP = {"Content-Type": "application/zip"}
@@ -142,13 +141,8 @@ def test_a_pages_views_asked_first_are_computed_together(
     client: TestClient, settings: Settings, zoo: dict[str, ZooProgram]
 ) -> None:
     registry: Registry = client.app.state.registry  # type: ignore[attr-defined]
-    staged = registry.blobs.stage_bytes(archive_bytes(zoo["cond"].ep))
-    try:
-        candidate = push.prepare(registry, staged.path, INLINE, INLINE)
-    finally:
-        staged.discard()
     # pushed without the route: nothing was computed ahead
-    info = registry.push("together", candidate).version
+    info = push(registry, "together", archive_bytes(zoo["cond"].ep)).version
     assert not [p for p in answers_folder(settings).iterdir() if info.digests.archive in p.name]
     with pytest.MonkeyPatch.context() as patch:
         # the view's own job (one view, one reading) is not what computes them

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Server, start_server, stop_server
+from tests.api.conftest import Server
 from tests.ui.test_drawn_graph import READY, _bundle_built, _drawn, _middle_offset, _ready
-from tests.ui.test_ui import Page, _graph, _push, _small, browser, page, shots
+from tests.ui.test_ui import Page, _graph, _small, browser, page, served, shots
 
 __all__ = ["_bundle_built", "browser", "page", "shots"]
 
@@ -20,16 +20,14 @@ __all__ = ["_bundle_built", "browser", "page", "shots"]
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     """The service with four versions of the small model."""
-    running = start_server({"PT2SERDE_HTTP_WORKERS": "1", "PT2SERDE_WORKERS": "1"})
-    try:
-        with running.client() as client:
-            _push(client, "small", _small(extra=False))
-            _push(client, "small", _small(extra=True))
-            _push(client, "small", _small(extra=True, outputs=5))
-            _push(client, "small", _small(extra=False, outputs=5))
+    versions = [
+        _small(extra=False),
+        _small(extra=True),
+        _small(extra=True, outputs=5),
+        _small(extra=False, outputs=5),
+    ]
+    with served([("small", version) for version in versions]) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def _selected(p: Any, pane: str) -> list[str]:

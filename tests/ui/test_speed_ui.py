@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Server, start_server, stop_server
-from tests.ui.test_ui import CHROMIUM, _push, _small, browser
+from tests.api.conftest import Server
+from tests.ui.test_ui import CHROMIUM, _small, browser, served
 
 __all__ = ["browser"]
 
@@ -22,14 +22,8 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's ch
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     """The service with a registry holding two versions of a small model."""
-    running = start_server({"PT2SERDE_HTTP_WORKERS": "1", "PT2SERDE_WORKERS": "1"})
-    try:
-        with running.client() as client:
-            _push(client, "small", _small(extra=False))
-            _push(client, "small", _small(extra=True))
+    with served([("small", _small(extra=False)), ("small", _small(extra=True))]) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import posixpath
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,22 +95,34 @@ def _push(client: httpx.Client, name: str, data: bytes) -> None:
     assert answer.status_code == 201, answer.text
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    """The service with a registry (SQLite in a temporary directory) of pushed programs."""
+@contextmanager
+def served(programs: list[tuple[str, bytes]]) -> Iterator[Server]:
+    """The service (one HTTP process, one torch worker, a registry in a temporary directory)
+    with `programs` (model name, archive) pushed in order; stopped at the block's end."""
     running = start_server({"PT2SERDE_HTTP_WORKERS": "1", "PT2SERDE_WORKERS": "1"})
     try:
         with running.client() as client:
-            _push(client, "small", _small(extra=False))
-            _push(client, "small", _small(extra=True))
-            _push(client, "bert", _bert())
-            _push(client, "cond", archive_bytes(build_program("cond").ep))
-            assert client.put("/v1/models/small/aliases/champion", json={"version": 2}).is_success
-            tag = client.put("/v1/models/bert/versions/1/tags/owner", json={"value": "nlp"})
-            assert tag.is_success
+            for name, data in programs:
+                _push(client, name, data)
         yield running
     finally:
         stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """The service with a registry (SQLite in a temporary directory) of pushed programs."""
+    programs = [
+        ("small", _small(extra=False)),
+        ("small", _small(extra=True)),
+        ("bert", _bert()),
+        ("cond", archive_bytes(build_program("cond").ep)),
+    ]
+    with served(programs) as running, running.client() as client:
+        assert client.put("/v1/models/small/aliases/champion", json={"version": 2}).is_success
+        tag = client.put("/v1/models/bert/versions/1/tags/owner", json={"value": "nlp"})
+        assert tag.is_success
+        yield running
 
 
 @pytest.fixture(scope="module")
