@@ -86,6 +86,9 @@ class Rates:
     download: float
     #: whether every timed version pulled back as the archive its push served
     identical: bool
+    #: the same pushes and pulls into a store of its own with encoding off
+    #: (`PT2SERDE_STORE_ENCODE=false`): what the registry's own path costs without it
+    plain: Rates | None = None
 
 
 def _rate(size: int, seconds: float) -> float:
@@ -134,6 +137,18 @@ def _one_backend(
             alone = _stored(registry)
             if dtype == _TIMED_DTYPE:
                 rates = _rates(registry, tunes[_TIMED - 1], work / f"{label}-raw")
+                rates.plain = _plain_rates(
+                    settings.model_copy(
+                        update={
+                            "data_dir": work / f"{label}-{dtype}-plain",
+                            "blob_url": url(f"{dtype}-plain"),
+                            "store_encode": False,
+                        }
+                    ),
+                    base,
+                    tunes[_TIMED - 1],
+                    work / f"{label}-plain-raw",
+                )
             for tune in tunes:
                 registry.push(_MODEL, _candidate(registry, tune))
             total = _stored(registry)
@@ -174,6 +189,16 @@ def _rates(registry: Registry, archive: Path, folder: Path) -> Rates:
         registry.gc()
     best = {key: _rate(size, min(seconds)) for key, seconds in timings.items()}
     return Rates(size, best["push"], best["upload"], best["pull"], best["download"], identical)
+
+
+def _plain_rates(settings: Settings, base: Path, archive: Path, folder: Path) -> Rates:
+    """`_rates` of `archive` pushed after `base` into a store of `settings` (encoding off)."""
+    registry = Registry(settings)
+    try:
+        registry.push(_MODEL, _candidate(registry, base))
+        return _rates(registry, archive, folder)
+    finally:
+        registry.close()
 
 
 def _pulled_digest(registry: Registry, version: str) -> str:
@@ -292,7 +317,10 @@ def section(size: Size, results: dict[str, tuple[Rates, list[Stored]]]) -> tuple
         f"{finetunes.TUNE_STEPS} AdamW steps on a task of its own; `tests/finetunes.py`), "
         "pushed as versions of one model. Push and pull of the first float32 fine-tune "
         f"({timed / MiB:.0f} MiB), pushed after its base, against the store's own raw upload "
-        f"and download of the same bytes (MiB/s; floor {FLOOR} of raw):",
+        f'and download of the same bytes (MiB/s; floor {FLOOR} of raw). The rows "encoding '
+        'off" push and pull the same bytes into a store of their own with '
+        "`PT2SERDE_STORE_ENCODE=false`: the registry's own path (hashing, cutting, claiming, "
+        "committing; rebuilding the archive), without encoding:",
         "",
         "| store | push | raw upload | push/raw | pull | raw download | pull/raw | status |",
         "|---|---|---|---|---|---|---|---|",
@@ -309,6 +337,13 @@ def section(size: Size, results: dict[str, tuple[Rates, list[Stored]]]) -> tuple
             f"| {store} | {r.push:.0f} | {r.upload:.0f} | {up:.2f} | {r.pull:.0f} | "
             f"{r.download:.0f} | {down:.2f} | {status} |"
         )
+        if r.plain is not None:
+            p = r.plain
+            lines.append(
+                f"| {store}, encoding off | {p.push:.0f} | {p.upload:.0f} | "
+                f"{p.push / p.upload:.2f} | {p.pull:.0f} | {p.download:.0f} | "
+                f"{p.pull / p.download:.2f} | not judged (reference) |"
+            )
     lines += [
         "",
         "Bytes stored (the sizes of the objects the store lists, each series in a store of "

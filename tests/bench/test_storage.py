@@ -62,3 +62,25 @@ def test_a_pull_that_differs_from_its_push_fails() -> None:
     text, held = section(LARGE, {"local": (_rates(1.0, 1.0, identical=False), [])})
     assert not held
     assert _statuses(text)[0][-1] == "FAIL (a pull differs from the archive served at push)"
+
+
+def test_the_rates_with_encoding_off_are_shown_beside_and_not_judged() -> None:
+    rates = _rates(0.5, 0.5)
+    rates.plain = _rates(0.7, 0.6)
+    text, held = section(LARGE, {"local": (rates, [_stored("bf16", 0.7, 0.4)])})
+    assert not held
+    rows = _statuses(text)
+    assert rows[0][-1] == "MISSED (< 0.8 of raw)"
+    assert rows[1] == (
+        "local, encoding off",
+        "700",
+        "1000",
+        "0.70",
+        "1200",
+        "2000",
+        "0.60",
+        "not judged (reference)",
+    )
+    plain_only = _rates(1.0, 1.0)
+    plain_only.plain = _rates(0.1, 0.1)
+    assert section(LARGE, {"local": (plain_only, [_stored("bf16", 0.7, 0.4)])})[1]
