@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-all
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint openapi bench bench-ui install fuzz opset releases releases-rules screenshots ui
+.PHONY: run test check lint openapi bench bench-ui bench-storage install fuzz opset releases releases-rules screenshots ui
 
 # The web UI's one built file: the drawn graph's layout worker (elkjs bundled by esbuild, both
 # from the npm registry at the versions app/ui/package-lock.json pins). Not in git: built here.
@@ -77,6 +77,9 @@ bench: $(STAMP)
 # the web UI's rows alone (a browser on the 50k-node programs), put in place in bench/RESULTS.md
 bench-ui: $(STAMP)
 	$(BIN)/python -m bench --only ui
+
+bench-storage: $(STAMP)
+	$(BIN)/python -m bench --only storage
 
 # Which torch release loads which program: a venv per release under RELEASES_DIR (made when
 # missing: several GB each), real exports and loads in each, checked against our verdicts; writes

@@ -369,6 +369,32 @@ def kept_sections(previous: str) -> str:
     return previous[min(found) + 1 :] if found else ""
 
 
+def replace_section(document: str, heading: str, section: str) -> str:
+    """`document` (RESULTS.md) with its section under `heading` replaced by `section` (or
+    `section` put before the sections that tests keep, or at the end): a section rerun alone
+    (`python -m bench --only ...`) leaves every other one as it was."""
+    start = f"\n{document}".find(f"\n{heading}\n")
+    if start >= 0:
+        following = document.find("\n## ", start)
+        if following < 0:
+            return document[:start] + section
+        # the blank line that parts it from the next section stays
+        return document[:start] + section + document[following:]
+    kept = [document.find(f"\n{h}") for h in KEPT_SECTIONS]
+    found = [i for i in kept if i >= 0]
+    at = min(found) + 1 if found else len(document)
+    return document[:at] + section + ("\n" if found else "") + document[at:]
+
+
+def rerun_stamp(only: str) -> str:
+    """The line ending a section rerun alone: when, and that the rest is the file's own run."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"_This section was rerun alone (`python -m bench --only {only}`) on {now}; the "
+        "rest of the file is the run named at its top._\n"
+    )
+
+
 def document(
     rows: list[Row], facts: list[tuple[str, str]], notes: list[str], legend: list[str]
 ) -> str:

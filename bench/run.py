@@ -36,6 +36,8 @@ from bench.report import (
     kept_sections,
     load_average,
     machine,
+    replace_section,
+    rerun_stamp,
     table,
     timing_row,
 )
@@ -138,9 +140,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP benchmarks")
     parser.add_argument(
         "--only",
-        choices=["ui"],
+        choices=["ui", "storage"],
         help="run only these rows and put them into the existing RESULTS.md (ui: the web UI "
-        "in a browser on the 50k-node programs)",
+        "in a browser on the 50k-node programs; storage: the registry's storage of the large "
+        "fine-tune series)",
     )
     parser.add_argument(
         "--cpu-time",
@@ -306,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cpu_time:
         os.environ[CPU_TIME_VARIABLE] = "1"  # the measuring children inherit it
-    if args.only == "ui":
-        return ui_only(Cache(args.cache_dir), args.out or HERE / "RESULTS.md")
+    if args.only is not None:
+        return section_only(args.only, Cache(args.cache_dir), args.out or HERE / "RESULTS.md")
     plan = Plan(args.smoke, SETTINGS, deadline=args.budget)
     cache = Cache(args.cache_dir)
     started_load = load_average()
@@ -388,13 +391,19 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def ui_only(cache: Cache, out: Path) -> int:
-    """`--only ui`: the web UI's rows, put in place of that section of `out` (the rest kept)."""
-    text, held = ui.bench_section(cache)
+def section_only(only: str, cache: Cache, out: Path) -> int:
+    """`--only ui|storage`: that section's rows, put in place of it in `out` (the rest kept)."""
+    if only == "ui":
+        text, held = ui.bench_section(cache)
+        heading = ui.HEADING
+    else:
+        text, held, failed = storage.bench_section(finetunes.LARGE, cache.dir)
+        heading, held = storage.HEADING, held and not failed
+    text += "\n" + rerun_stamp(only)
     print(text)
     previous = out.read_text() if out.exists() else ""
-    out.write_text(ui.replace_section(previous, text))
-    progress(f"wrote the web UI's section of {out}")
+    out.write_text(replace_section(previous, heading, text))
+    progress(f"wrote the {only} section of {out}")
     return 0 if held else 1
 
 

@@ -46,6 +46,7 @@ from tests import finetunes
 from tests.finetunes import Series, Size
 from tests.registry import seaweed_server
 
+HEADING = "## Registry storage"
 #: a pull or push slower than this share of the raw rate misses
 FLOOR = 0.8
 #: stored bytes of a base and its fine-tunes, at most this share of their archives
@@ -310,7 +311,7 @@ def section(size: Size, results: dict[str, tuple[Rates, list[Stored]]]) -> tuple
     held = True
     timed = next(iter(results.values()))[0].size
     lines = [
-        "## Registry storage",
+        HEADING,
         "",
         f"A GPT-2 ({size.layers} layers, width {size.hidden}, vocabulary {size.vocab}) and "
         f"{finetunes.TUNES} full fine-tunes of it (every tensor changed by "

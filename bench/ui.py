@@ -28,7 +28,7 @@ from app.settings import MiB, Settings
 from bench import service
 from bench.programs import Cache, Program, decoder_program, tiled_program
 from bench.progress import progress
-from bench.report import KEPT_SECTIONS, Row, load_average, megabytes, seconds, table
+from bench.report import Row, load_average, megabytes, seconds, table
 
 #: Bump when the stored programs change, so a stale registry is not reused.
 REGISTRY_VERSION = 1
@@ -273,19 +273,3 @@ def bench_section(cache: Cache) -> tuple[str, bool]:
         ]
     )
     return text, not any(r.status.startswith("FAIL") for r in found)
-
-
-def replace_section(document: str, section: str) -> str:
-    """`document` (RESULTS.md) with its web UI section replaced by `section` (or `section` put
-    before the sections that tests keep, or at the end)."""
-    start = f"\n{document}".find(f"\n{HEADING}\n")
-    if start >= 0:
-        following = document.find("\n## ", start)
-        if following < 0:
-            return document[:start] + section
-        # the blank line that parts it from the next section stays
-        return document[:start] + section + document[following:]
-    kept = [document.find(f"\n{h}") for h in KEPT_SECTIONS]
-    found = [i for i in kept if i >= 0]
-    at = min(found) + 1 if found else len(document)
-    return document[:at] + section + ("\n" if found else "") + document[at:]
