@@ -43,7 +43,7 @@ lint: $(STAMP)
 # The 40 slowest tests are listed at the end, so that CI's output shows where the suite's time goes.
 # Two pytest processes, each running whole test files (a file's module fixtures are built once):
 # much of the suite waits on servers, PostgreSQL and SeaweedFS starting, and on 2 cores this cut
-# the suite from 39-42 to 32 minutes; more processes only add load to the servers' own.
+# the suite from 39-42 to 28-32 minutes; more processes only add load to the servers' own.
 test: lint $(UI_BUNDLE)
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=40
 
