@@ -41,11 +41,8 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The 40 slowest tests are listed at the end, so that CI's output shows where the suite's time goes.
-# Two pytest processes, each running whole test files (a file's module fixtures are built once):
-# much of the suite waits on servers, PostgreSQL and SeaweedFS starting, and on 2 cores this cut
-# the suite from 39-42 to 28-32 minutes; more processes only add load to the servers' own.
 test: lint $(UI_BUNDLE)
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=40
+	$(BIN)/pytest -q --durations=40
 
 # The fast lane: lint and the tests that need no process besides pytest's own (no server, worker
 # pool, browser, PostgreSQL or SeaweedFS) and are not heavy; tests/conftest.py marks them from
