@@ -386,11 +386,15 @@ def replace_section(document: str, heading: str, section: str) -> str:
     return document[:at] + section + ("\n" if found else "") + document[at:]
 
 
+def _now() -> str:
+    """This minute, as RESULTS.md names when it was written."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def rerun_stamp(only: str) -> str:
     """The line ending a section rerun alone: when, and that the rest is the file's own run."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"_This section was rerun alone (`python -m bench --only {only}`) on {now}; the "
+        f"_This section was rerun alone (`python -m bench --only {only}`) on {_now()}; the "
         "rest of the file is the run named at its top._\n"
     )
 
@@ -399,11 +403,10 @@ def document(
     rows: list[Row], facts: list[tuple[str, str]], notes: list[str], legend: list[str]
 ) -> str:
     """RESULTS.md: machine and run facts, the table, notes, how to read it."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         "# pt2serde benchmarks against torch's own serde",
         "",
-        f"Written by `make bench` (`python -m bench`) on {now}.",
+        f"Written by `make bench` (`python -m bench`) on {_now()}.",
         "",
         *[f"- **{label}**: {value}" for label, value in facts],
         "",

@@ -306,6 +306,13 @@ def _ratio_row(store: str, what: str, stored: int, archives: int, target: float 
     )
 
 
+def _rate_row(store: str, r: Rates, status: str) -> str:
+    return (
+        f"| {store} | {r.push:.0f} | {r.upload:.0f} | {r.push / r.upload:.2f} | {r.pull:.0f} | "
+        f"{r.download:.0f} | {r.pull / r.download:.2f} | {status} |"
+    )
+
+
 def section(size: Size, results: dict[str, tuple[Rates, list[Stored]]]) -> tuple[str, bool]:
     """The RESULTS.md section of the measured figures, and whether every target held."""
     held = True
@@ -334,17 +341,9 @@ def section(size: Size, results: dict[str, tuple[Rates, list[Stored]]]) -> tuple
         else:
             status = "MET" if ok else f"MISSED (< {FLOOR} of raw)"
         held &= ok and r.identical
-        lines.append(
-            f"| {store} | {r.push:.0f} | {r.upload:.0f} | {up:.2f} | {r.pull:.0f} | "
-            f"{r.download:.0f} | {down:.2f} | {status} |"
-        )
+        lines.append(_rate_row(store, r, status))
         if r.plain is not None:
-            p = r.plain
-            lines.append(
-                f"| {store}, encoding off | {p.push:.0f} | {p.upload:.0f} | "
-                f"{p.push / p.upload:.2f} | {p.pull:.0f} | {p.download:.0f} | "
-                f"{p.pull / p.download:.2f} | not judged (reference) |"
-            )
+            lines.append(_rate_row(f"{store}, encoding off", r.plain, "not judged (reference)"))
     lines += [
         "",
         "Bytes stored (the sizes of the objects the store lists, each series in a store of "
